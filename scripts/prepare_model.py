@@ -41,8 +41,10 @@ def convert(gguf: Path, out: Path) -> None:
 
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    # A GGUF-loaded model refuses save_pretrained; the weights are already dequantised to fp32.
-    del model.config.quantization_config
+    # A GGUF-loaded model may refuse save_pretrained (depending on the transformers version); the
+    # weights are already dequantised to fp32, so drop the quantisation markers.
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
     model.hf_quantizer = None
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)

@@ -2,12 +2,17 @@
 
 This module is the only place where tag names are spelled. Everything else imports
 ``FailureTag`` (a ``StrEnum``, so a tag compares equal to its string and serialises as one).
+It also holds one small helper, :func:`dataclass_from_mapping`, that the config dataclasses of
+the core use to build themselves from plain (YAML-derived) dicts with a clear error on a typo.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any, TypeVar
 
 
 class FailureTag(StrEnum):
@@ -31,6 +36,11 @@ class FailureTag(StrEnum):
     def description(self) -> str:
         return TAG_DESCRIPTIONS[self]
 
+    @property
+    def paper_label(self) -> PaperLabel:
+        """The paper's label for this tag when no episode event refines it."""
+        return TAG_TO_PAPER_LABEL[self]
+
 
 TAG_DESCRIPTIONS: dict[FailureTag, str] = {
     FailureTag.GT_ERROR: "Executing the ground-truth calls of this turn raised; the turn cannot be judged.",
@@ -49,6 +59,11 @@ EXCLUDED_TAGS: frozenset[FailureTag] = frozenset({FailureTag.CHECKER_ERROR, Fail
 
 # The pseudo-tag the capability state records for an episode that carries no tags at all.
 UNKNOWN_TAG = "unknown"
+
+# Tags that are not failures of the policy. Guideline evolution never writes a guideline for
+# these (nor for the excluded tags or the pseudo-tag): there is nothing to correct.
+NON_FAILURE_TAGS: frozenset[FailureTag] = frozenset({FailureTag.PASS, FailureTag.CORRECT_ABSTENTION})
+GUIDELINE_EXCLUDED_TAGS: frozenset[str] = frozenset(EXCLUDED_TAGS | NON_FAILURE_TAGS | {UNKNOWN_TAG})
 
 # A-Patch static base weights (the release's defaults).
 DEFAULT_TAG_WEIGHTS: dict[FailureTag, float] = {
@@ -75,10 +90,24 @@ class PaperLabel(StrEnum):
     RESPONSE_MISMATCH = "response_mismatch"
     NONE = "none"  # a passing turn, a correct abstention, or a turn that cannot be judged
 
+    @property
+    def description(self) -> str:
+        return PAPER_LABEL_DESCRIPTIONS[self]
+
+
+PAPER_LABEL_DESCRIPTIONS: dict[PaperLabel, str] = {
+    PaperLabel.INVALID_TOOL_CALL: "A call that should not have been made, or that the environment rejected (bad format, unavailable tool).",
+    PaperLabel.ARGUMENT_MISMATCH: "The right tools were called, but with arguments that led to the wrong state.",
+    PaperLabel.MISSING_TOOL_CALL: "The turn needed tool calls and the model made none.",
+    PaperLabel.RECOVERY_FAILURE: "A tool returned an error (or every call crashed) and the model did not recover within the turn.",
+    PaperLabel.STATE_MISMATCH: "The calls left the environment in a different state than the ground truth's.",
+    PaperLabel.RESPONSE_MISMATCH: "The state is right, but the information the turn asked for was never retrieved.",
+    PaperLabel.NONE: "Not a failure: a pass, a correct abstention, or a turn the checker could not judge.",
+}
 
 # Per-turn tag -> paper label, when nothing else is known about the episode. Episode events
-# (parse errors, unavailable tools, tool errors followed by failure) refine this; see
-# ``seal.diagnosis.labels.paper_labels``.
+# (parse errors, unavailable tools, tool errors followed by failure, the called tool names)
+# refine this; see ``seal.diagnosis.labels.paper_labels``.
 TAG_TO_PAPER_LABEL: dict[FailureTag, PaperLabel] = {
     FailureTag.GT_ERROR: PaperLabel.NONE,
     FailureTag.SPURIOUS_TOOL_CALL: PaperLabel.INVALID_TOOL_CALL,
@@ -86,7 +115,7 @@ TAG_TO_PAPER_LABEL: dict[FailureTag, PaperLabel] = {
     FailureTag.EMPTY_TURN_MODEL_RESPONSE: PaperLabel.MISSING_TOOL_CALL,
     FailureTag.INSTANCE_MISMATCH: PaperLabel.RECOVERY_FAILURE,
     FailureTag.CHECKER_ERROR: PaperLabel.NONE,
-    FailureTag.STATE_MISMATCH: PaperLabel.ARGUMENT_MISMATCH,
+    FailureTag.STATE_MISMATCH: PaperLabel.STATE_MISMATCH,
     FailureTag.RESPONSE_MISMATCH: PaperLabel.RESPONSE_MISMATCH,
     FailureTag.PASS: PaperLabel.NONE,
 }
@@ -114,3 +143,38 @@ class EpisodeRecord:
     tags: list[str] = field(default_factory=list)
     error_messages: list[str] = field(default_factory=list)
     meta: dict = field(default_factory=dict)
+
+
+def category_of(task_id: str) -> str:
+    """The BFCL category of a task id: the id minus its trailing ``_<n>``.
+
+    >>> category_of("multi_turn_miss_func_12")
+    'multi_turn_miss_func'
+    """
+    head, sep, tail = task_id.rpartition("_")
+    if not sep or not tail.isdigit():
+        raise ValueError(f"task id {task_id!r} does not end in '_<n>'; cannot infer its category")
+    return head
+
+
+_T = TypeVar("_T")
+
+
+def dataclass_from_mapping(cls: type[_T], data: Mapping[str, Any] | _T | None, *, section: str) -> _T:
+    """Build config dataclass ``cls`` from a plain mapping, rejecting unknown keys by name.
+
+    ``section`` names where the mapping came from (e.g. ``"seal.advantage.apatch"``), so the
+    error tells the user which key to fix. An instance of ``cls`` is returned unchanged and
+    ``None`` gives the defaults.
+    """
+    if data is None:
+        return cls()
+    if isinstance(data, cls):
+        return data
+    if not isinstance(data, Mapping):
+        raise TypeError(f"{section}: expected a mapping, got {type(data).__name__}")
+    known = {f.name for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"{section}: unknown key(s) {unknown}; known keys: {sorted(known)}")
+    return cls(**dict(data))

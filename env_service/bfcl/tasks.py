@@ -1,0 +1,222 @@
+"""The BFCL multi-turn task store: 800 tasks (4 categories x 200), loaded once per process.
+
+Tasks come from the installed ``bfcl-eval`` package data (questions, ground truth and the
+multi-turn function docs), found through the package itself rather than a fixed path. Each
+task's tool list is built the way BFCL builds it (``populate_test_cases_with_predefined_functions``
+followed by the Python language hint):
+
+* the docs of the involved classes are concatenated in ``involved_classes`` order;
+* for ``multi_turn_miss_func`` the held-out docs are removed from that list and kept per turn,
+  to be revealed when the conversation reaches that turn;
+* ``" Note that the provided function is in Python 3 syntax."`` is appended to the description
+  of every doc in the initial list. BFCL moves the held-out docs aside *before* adding the note,
+  so the revealed docs carry no note; we keep that.
+
+The retired ``multi_turn_composite`` set (200 tasks, ``data/unused_datasets``) is an optional
+extra: ``TaskStore.load(include_composite=True)``.
+
+Splits: :func:`load_split` reads the project's ``data/`` parquet files (``bfcl_train.parquet``:
+train, 400 tasks; ``bfcl_eval_400.parquet``: val 100 + test 300, by ``extra_info.split``; the task
+id is ``extra_info.index``). ``data/bfcl_400_split.json`` is an older, *different* split (its
+"train" list overlaps the eval parquet in 194 ids): it must not be used as an evaluation list.
+The ``data/`` directory is found relative to this repository; the environment variable
+``SEAL_DATA_DIR`` overrides it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from bfcl_eval.constants.executable_backend_config import MULTI_TURN_FUNC_DOC_FILE_MAPPING
+
+logger = logging.getLogger(__name__)
+
+CATEGORIES: tuple[str, ...] = (
+    "multi_turn_base",
+    "multi_turn_miss_func",
+    "multi_turn_miss_param",
+    "multi_turn_long_context",
+)
+COMPOSITE_CATEGORY = "multi_turn_composite"
+PYTHON_NOTE = " Note that the provided function is in Python 3 syntax."
+SPLITS: tuple[str, ...] = ("train", "val", "test", "eval")
+DATA_DIR_ENV = "SEAL_DATA_DIR"
+
+_VERSION_PREFIX = "BFCL_v4"
+_SPLIT_FILES = {"train": "bfcl_train.parquet", "val": "bfcl_eval_400.parquet",
+                "test": "bfcl_eval_400.parquet"}
+
+
+@dataclass(frozen=True)
+class Task:
+    """One BFCL multi-turn task.
+
+    ``entry`` is the BFCL question dict as read from the package (``id``, ``question``,
+    ``initial_config``, ``involved_classes``, ...). It is shared by every episode of the task and
+    must never be mutated: consumers that need to change it take a deep copy.
+    """
+
+    id: str
+    category: str
+    entry: dict[str, Any]
+    gt_turns: list[list[str]]
+    tools: list[dict[str, Any]]
+    held_out: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    involved_classes: tuple[str, ...] = ()
+    long_context: bool = False
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.gt_turns)
+
+    def user_message(self, turn: int) -> str | None:
+        """The user text of ``turn``, or ``None`` on a miss_func hold-out turn (no user message)."""
+        messages = self.entry["question"][turn]
+        texts = [m["content"] for m in messages if m.get("role") == "user"]
+        return "\n".join(texts) if texts else None
+
+
+def bfcl_data_dir() -> Path:
+    """The ``data`` directory of the installed bfcl-eval package."""
+    return Path(str(resources.files("bfcl_eval") / "data"))
+
+
+def category_of(task_id: str) -> str:
+    """BFCL's own rule: the category is the id without its trailing ``_<n>``."""
+    return task_id.rsplit("_", 1)[0]
+
+
+def is_long_context(task_id: str) -> bool:
+    """BFCL loads backends with padding iff the id's category names long_context or composite."""
+    category = category_of(task_id)
+    return "long_context" in category or "composite" in category
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    with path.open(encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def _load_func_docs(data_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    doc_dir = data_dir / "multi_turn_func_doc"
+    return {cls: _read_jsonl(doc_dir / fname) for cls, fname in MULTI_TURN_FUNC_DOC_FILE_MAPPING.items()
+            if (doc_dir / fname).is_file()}
+
+
+def build_tools(entry: dict[str, Any], func_docs: dict[str, list[dict[str, Any]]]
+                ) -> tuple[list[dict[str, Any]], dict[int, list[dict[str, Any]]]]:
+    """Build ``(initial tools, held-out docs per turn)`` for one entry, as BFCL does."""
+    tools: list[dict[str, Any]] = []
+    for cls in entry["involved_classes"]:
+        tools.extend(copy.deepcopy(func_docs[cls]))
+    held_out: dict[int, list[dict[str, Any]]] = {}
+    for turn_key, names in entry.get("missed_function", {}).items():
+        docs: list[dict[str, Any]] = []
+        for name in names:
+            for i, doc in enumerate(tools):
+                if doc["name"] == name:
+                    docs.append(tools.pop(i))
+                    break
+        held_out[int(turn_key)] = docs
+    for doc in tools:
+        doc["description"] = doc["description"] + PYTHON_NOTE
+    return tools, held_out
+
+
+class TaskStore:
+    """All tasks of the loaded categories, indexed by id (read-only after loading)."""
+
+    def __init__(self, tasks: dict[str, Task]):
+        self._tasks = tasks
+
+    @classmethod
+    def load(cls, include_composite: bool = False, data_dir: Path | None = None) -> "TaskStore":
+        """Read the four multi-turn categories (and optionally the retired composite set)."""
+        data_dir = data_dir or bfcl_data_dir()
+        func_docs = _load_func_docs(data_dir)
+        sources = [(c, data_dir / f"{_VERSION_PREFIX}_{c}.json",
+                    data_dir / "possible_answer" / f"{_VERSION_PREFIX}_{c}.json") for c in CATEGORIES]
+        if include_composite:
+            unused = data_dir / "unused_datasets"
+            name = f"{_VERSION_PREFIX}_{COMPOSITE_CATEGORY}.json"
+            sources.append((COMPOSITE_CATEGORY, unused / "question" / name, unused / "possible_answer" / name))
+        tasks: dict[str, Task] = {}
+        for category, question_path, answer_path in sources:
+            answers = {a["id"]: a["ground_truth"] for a in _read_jsonl(answer_path)}
+            for entry in _read_jsonl(question_path):
+                tid = entry["id"]
+                if tid not in answers:
+                    raise ValueError(f"bfcl-eval data: task {tid!r} has no ground truth in {answer_path.name}")
+                tools, held_out = build_tools(entry, func_docs)
+                tasks[tid] = Task(id=tid, category=category, entry=entry, gt_turns=answers[tid],
+                                  tools=tools, held_out=held_out,
+                                  involved_classes=tuple(entry["involved_classes"]),
+                                  long_context=is_long_context(tid))
+        logger.debug("loaded %d BFCL multi-turn tasks from %s", len(tasks), data_dir)
+        return cls(tasks)
+
+    def get(self, task_id: str) -> Task:
+        try:
+            return self._tasks[task_id]
+        except KeyError:
+            raise KeyError(f"unknown BFCL task id {task_id!r} (expected e.g. 'multi_turn_base_0'; "
+                           f"{len(self._tasks)} tasks loaded)") from None
+
+    def __contains__(self, task_id: object) -> bool:
+        return task_id in self._tasks
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def ids(self, category: str | None = None) -> list[str]:
+        """Task ids in load order, optionally of one category."""
+        if category is None:
+            return list(self._tasks)
+        return [t.id for t in self._tasks.values() if t.category == category]
+
+
+_DEFAULT_LOCK = threading.Lock()
+_DEFAULT: dict[bool, TaskStore] = {}  # the per-process singletons, written once under the lock
+
+
+def default_store(include_composite: bool = False) -> TaskStore:
+    """The process-wide store, loaded on first use (about 0.1 s) and shared read-only."""
+    with _DEFAULT_LOCK:
+        if include_composite not in _DEFAULT:
+            _DEFAULT[include_composite] = TaskStore.load(include_composite=include_composite)
+        return _DEFAULT[include_composite]
+
+
+def data_dir() -> Path:
+    """The project's ``data/`` directory (``$SEAL_DATA_DIR`` overrides the in-repository one)."""
+    override = os.environ.get(DATA_DIR_ENV)
+    if override:
+        return Path(override)
+    return Path(__file__).resolve().parents[2] / "data"
+
+
+def load_split(name: str) -> list[str]:
+    """Task ids of a SEAL split: ``train`` (400), ``val`` (100), ``test`` (300) or ``eval`` (val+test).
+
+    Reads the parquet files, not ``bfcl_400_split.json`` (an older split that overlaps the
+    eval set and must not be used as an evaluation list).
+    """
+    if name not in SPLITS:
+        raise ValueError(f"unknown split {name!r}; expected one of {', '.join(SPLITS)}")
+    import pyarrow.parquet as pq  # deferred: only callers of splits pay for pyarrow
+
+    wanted = ("val", "test") if name == "eval" else (name,)
+    path = data_dir() / _SPLIT_FILES[wanted[0]]
+    if not path.is_file():
+        raise FileNotFoundError(f"split file {path} not found; set {DATA_DIR_ENV} to the directory "
+                                f"holding bfcl_train.parquet and bfcl_eval_400.parquet")
+    rows = pq.read_table(path, columns=["extra_info"]).column("extra_info").to_pylist()
+    return [r["index"] for r in rows if r["split"] in wanted]

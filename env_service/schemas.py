@@ -1,0 +1,170 @@
+"""Request and response models of the environment service.
+
+Two families of routes share one implementation (``env_service.service.EnvService``):
+
+* the release-compatible routes (``/create``, ``/step``, ...): every POST body is a
+  :class:`ServiceRequest` ``{env_type, task_id?, instance_id?, messages, params}`` and every answer is
+  the envelope ``{"success": true, "data": ...}``, so a client written for the SEAL release works
+  unchanged;
+* the typed ``/v1/...`` routes: one request/response pair per route, each response carrying
+  ``protocol_version``. :class:`env_service.client.EnvClient` speaks these.
+
+Errors on both families are an :class:`ErrorResponse` with an HTTP status: 400 bad input, 404 unknown
+task or instance id, 409 instance id already live, 413 content too large, 503 overload / lost worker /
+timeout, 500 anything else. ``detail`` is always one line; tracebacks stay in the service log.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PROTOCOL_VERSION = "1"
+ENV_TYPE = "bfcl"
+SPLITS = ("train", "val", "test", "eval")
+
+_ID = Field(min_length=1, max_length=200, description="Instance id; any printable string without whitespace.")
+
+
+class _Strict(BaseModel):
+    """Typed requests reject unknown keys, so a misspelt field fails loudly instead of being ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# --------------------------------------------------------------------------- release-compatible
+
+
+class ServiceRequest(BaseModel):
+    """The release's single request body. Unknown top-level keys are ignored, as the release did."""
+
+    env_type: str = ENV_TYPE
+    task_id: str | None = None
+    instance_id: str | None = None
+    messages: dict[str, Any] | list[Any] = Field(default_factory=dict)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class Envelope(BaseModel):
+    """``{"success": true, "data": ...}``: the release's answer shape for every POST route."""
+
+    success: bool = True
+    data: Any = None
+
+
+class ErrorBody(BaseModel):
+    code: str = Field(description="bad_request | not_found | conflict | too_large | unavailable | internal")
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    """Every error answer, on both route families. ``detail`` repeats ``error.message`` (FastAPI style)."""
+
+    success: Literal[False] = False
+    detail: str
+    error: ErrorBody
+    protocol_version: str = PROTOCOL_VERSION
+
+
+# --------------------------------------------------------------------------- typed /v1 routes
+
+
+class Message(BaseModel):
+    """A chat message. Observations always carry ``tool_calls: []`` (the release's shape)."""
+
+    role: str
+    content: str
+    tool_calls: list[Any] | None = None
+
+
+class HealthResponse(BaseModel):
+    protocol_version: str = PROTOCOL_VERSION
+    status: Literal["ok", "degraded"]
+    workers: int
+    workers_alive: int
+
+
+class CreateRequest(_Strict):
+    task_id: str = Field(min_length=1, max_length=200)
+    params: dict[str, Any] = Field(default_factory=dict, description="Episode params (EpisodeParams keys).")
+    instance_id: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+class CreateResponse(BaseModel):
+    protocol_version: str = PROTOCOL_VERSION
+    instance_id: str
+    messages: list[Message] = Field(description="[system, user]")
+    info: dict[str, Any]
+
+
+class StepRequest(_Strict):
+    instance_id: str = _ID
+    content: str = Field(description="The assistant message text.")
+
+
+class StepResponse(BaseModel):
+    protocol_version: str = PROTOCOL_VERSION
+    observation: Message
+    terminated: bool
+    reward: float = Field(description="The sparse score when terminated, else 0.")
+    info: dict[str, Any]
+
+
+class EvaluateRequest(_Strict):
+    instance_id: str = _ID
+    sparse: bool = False
+
+
+class EvaluateResponse(BaseModel):
+    protocol_version: str = PROTOCOL_VERSION
+    score: float = Field(description="BFCL accuracy of the episode so far (1.0 or 0.0).")
+    result: dict[str, Any] | None = Field(default=None, description="The full result (only when not sparse).")
+
+
+class InstanceRequest(_Strict):
+    instance_id: str = _ID
+
+
+class ReleaseResponse(BaseModel):
+    protocol_version: str = PROTOCOL_VERSION
+    released: bool = Field(description="False when the id was not live (already released or reaped).")
+
+
+class InfoResponse(BaseModel):
+    protocol_version: str = PROTOCOL_VERSION
+    info: Any
+
+
+class ProfileRequest(_Strict):
+    split: Literal["train", "val", "test", "eval"] = "train"
+
+
+class ProfileResponse(BaseModel):
+    protocol_version: str = PROTOCOL_VERSION
+    split: str
+    task_ids: list[str]
+
+
+class RouteLatency(BaseModel):
+    count: int
+    p50_ms: float
+    p99_ms: float
+
+
+class MetricsResponse(BaseModel):
+    protocol_version: str = PROTOCOL_VERSION
+    uptime_s: float
+    workers: int
+    workers_alive: int
+    worker_restarts: int
+    instances_live: int
+    instances_per_worker: list[int]
+    created_total: int
+    released_total: int
+    reaped_total: int
+    lost_total: int
+    steps_total: int
+    rejected_over_cap_total: int
+    errors_total: dict[str, int]
+    latency: dict[str, RouteLatency] = Field(description="Per route, over the last 4096 requests.")

@@ -1,0 +1,78 @@
+"""The paper's failure labels, derived from the per-turn tags plus episode events.
+
+The paper names six failure kinds (invalid_tool_call, argument_mismatch, missing_tool_call,
+recovery_failure, state_mismatch, response_mismatch); the release's checker emits the nine
+``FailureTag`` values instead. This module gives the documented bridge, one label per turn:
+
+1. ``pass``, ``correct_abstention``, ``gt_error``, ``checker_error`` -> ``none`` (not a
+   policy failure);
+2. ``spurious_tool_call`` -> ``invalid_tool_call`` (a call where none was due);
+3. any other failed turn in which the environment rejected a call (a parse error or an
+   unavailable tool) -> ``invalid_tool_call``;
+4. any other failed turn in which a tool returned an error -> ``recovery_failure`` (the model
+   saw the error and still failed the turn);
+5. ``state_mismatch`` when the model called every tool the ground truth called (as a
+   multiset of names) -> ``argument_mismatch`` (right tools, wrong arguments);
+6. otherwise the tag's default label: ``empty_turn_model_response`` -> ``missing_tool_call``,
+   ``instance_mismatch`` -> ``recovery_failure`` (no call of the turn executed cleanly),
+   ``state_mismatch`` -> ``state_mismatch``, ``response_mismatch`` -> ``response_mismatch``.
+
+The same table is in ``docs/paper_map.md``. The labels are for reporting; training (A-Patch,
+the capability state, guidelines) uses the tags themselves, as the release does.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from seal.types import TAG_TO_PAPER_LABEL, FailureTag, PaperLabel
+
+_NOT_A_FAILURE = frozenset(
+    {FailureTag.PASS, FailureTag.CORRECT_ABSTENTION, FailureTag.GT_ERROR, FailureTag.CHECKER_ERROR}
+)
+
+
+@dataclass(frozen=True)
+class TurnEvents:
+    """What the environment saw during one ground-truth turn of an episode.
+
+    ``model_calls`` / ``gt_calls``: the function names of the model's accepted calls and of the
+    ground truth's calls in this turn, or ``None`` when unknown (rule 5 is then skipped).
+    """
+
+    parse_errors: int = 0
+    unavailable_tools: int = 0
+    tool_errors: int = 0
+    model_calls: tuple[str, ...] | None = None
+    gt_calls: tuple[str, ...] | None = None
+
+
+def paper_label(tag: str, events: TurnEvents | None = None) -> PaperLabel:
+    """The paper's label for one turn (rules 1-6 of the module docstring)."""
+    tag = FailureTag(tag)
+    if tag in _NOT_A_FAILURE:
+        return PaperLabel.NONE
+    if tag == FailureTag.SPURIOUS_TOOL_CALL:
+        return PaperLabel.INVALID_TOOL_CALL
+    ev = events or TurnEvents()
+    if ev.parse_errors > 0 or ev.unavailable_tools > 0:
+        return PaperLabel.INVALID_TOOL_CALL
+    if ev.tool_errors > 0:
+        return PaperLabel.RECOVERY_FAILURE
+    if tag == FailureTag.STATE_MISMATCH and ev.model_calls is not None and ev.gt_calls:
+        if not Counter(ev.gt_calls) - Counter(ev.model_calls):
+            return PaperLabel.ARGUMENT_MISMATCH
+    return TAG_TO_PAPER_LABEL[tag]
+
+
+def paper_labels(tags: Sequence[str], events: Sequence[TurnEvents | None] | None = None) -> list[PaperLabel]:
+    """One paper label per turn. ``tags``: the per-turn ``FailureTag`` values; ``events``: the
+    matching per-turn :class:`TurnEvents` (``None``, or shorter than ``tags``, means no events
+    for the remaining turns). Raises ``ValueError`` on a string that is not a failure tag."""
+    events = list(events or [])
+    if len(events) > len(tags):
+        raise ValueError(f"got events for {len(events)} turns but tags for only {len(tags)}")
+    events += [None] * (len(tags) - len(events))
+    return [paper_label(t, e) for t, e in zip(tags, events)]

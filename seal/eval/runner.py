@@ -1,0 +1,412 @@
+"""Message-level validation runner and the ``seal eval`` orchestration.
+
+One episode: ``create`` -> [system, user]; loop { policy reply -> ``step`` -> append the assistant
+message and the observation (role user) } until the environment terminates the episode or the
+LLM-call cap is reached (20 per episode, counted over the whole episode as the release does);
+then ``evaluate(sparse=False)`` and always ``release``. Validation is greedy, one sample per
+task, with ``rollout_mode="validate"`` so the environment shows the untouched interface.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from seal.eval.logs import ValidationLogWriter, ValidationRecord, finished_keys, read_log_file
+from seal.eval.policies import (
+    ChatPolicy,
+    ContextOverflowError,
+    SamplingSettings,
+    complete_with_usage,
+)
+from seal.eval.stats import OVERALL, category_mean, dedupe_latest, mean_std, pass_counts
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_LLM_CALLS = 20
+VALIDATE_PARAMS: dict[str, Any] = {"rollout_mode": "validate"}
+
+
+@dataclass
+class EvalSettings:
+    """What ``seal eval`` runs; every field maps to one command-line option."""
+
+    split: str = "val"
+    task_ids: list[str] | None = None
+    categories: list[str] | None = None
+    per_category: int | None = None
+    limit: int | None = None
+    step: int = 0
+    repeats: int = 1
+    seed: int = 0
+    concurrency: int = 4
+    max_llm_calls: int = DEFAULT_MAX_LLM_CALLS
+    params: dict[str, Any] = field(default_factory=dict)
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    resume: bool = True
+    max_prompt_tokens: int | None = None
+    max_message_chars: int | None = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("repeats", "concurrency", "max_llm_calls"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+
+    def episode_params(self) -> dict[str, Any]:
+        params = dict(self.params)
+        params.update(VALIDATE_PARAMS)
+        return params
+
+
+# --------------------------------------------------------------------------- one episode
+
+
+def _unpack_create(created: Any) -> tuple[str, list[dict[str, Any]]]:
+    """``(instance_id, messages)`` from a client ``create`` result (2- or 3-tuple)."""
+    if not isinstance(created, tuple) or len(created) < 2:
+        raise TypeError(f"EnvClient.create returned {type(created).__name__}; expected a tuple")
+    return str(created[0]), [dict(m) for m in created[1]]
+
+
+def _unpack_step(outcome: Any) -> tuple[str | None, bool, dict[str, Any]]:
+    """``(observation text, terminated, info)`` from a tuple or a ``StepOutcome``-like object."""
+    if isinstance(outcome, tuple):
+        obs, terminated = outcome[0], outcome[1]
+        info = outcome[3] if len(outcome) > 3 else {}
+    else:
+        obs, terminated = outcome.observation, outcome.terminated
+        info = getattr(outcome, "info", {}) or {}
+    if isinstance(obs, dict):
+        obs = obs.get("content")
+    elif isinstance(obs, list):
+        obs = "\n".join(str(m.get("content", "")) if isinstance(m, dict) else str(m) for m in obs)
+    return obs, bool(terminated), dict(info or {})
+
+
+def _interpret_evaluation(result: Any) -> dict[str, Any]:
+    """Normalise ``evaluate(sparse=False)`` into the record's verdict fields."""
+    if isinstance(result, (int, float)):
+        score = float(result)
+        return {"score": score, "reward": score, "valid": score >= 1.0}
+    if not isinstance(result, dict):
+        raise TypeError(f"evaluate returned {type(result).__name__}; expected a dict or a float")
+    check = result.get("check") if isinstance(result.get("check"), dict) else result
+    valid = check.get("valid")
+    score = result.get("score", result.get("accuracy"))
+    if score is None:
+        if valid is None:
+            raise KeyError(f"evaluate result has none of score/accuracy/valid: {sorted(result)}")
+        score = 1.0 if valid else 0.0
+    if valid is None:
+        valid = float(score) >= 1.0
+    out = {
+        "score": float(score),
+        "reward": float(result.get("reward", score)),
+        "valid": bool(valid),
+        "error_type": check.get("error_type"),
+        "tags": [str(t) for t in (check.get("tags") or [])],
+        "model_turns": result.get("model_turns", check.get("model_turns")),
+    }
+    extra = {k: check[k] for k in ("passed_turns", "scorable_turns", "progress") if k in check}
+    out["extra"] = extra
+    return out
+
+
+def run_episode(
+    client: Any,
+    policy: ChatPolicy,
+    task_id: str,
+    *,
+    params: dict[str, Any],
+    sampling: SamplingSettings,
+    max_llm_calls: int = DEFAULT_MAX_LLM_CALLS,
+    step: int = 0,
+    split: str | None = None,
+    repeat: int = 0,
+) -> ValidationRecord:
+    """Run one validation episode and return its log record (errors are recorded, not raised)."""
+    t0 = time.monotonic()
+    record = ValidationRecord(
+        task_id=task_id, data_source=task_id.rsplit("_", 1)[0], split=split, step=step,
+        score=0.0, reward=0.0, valid=False, generation=_generation_dict(sampling, max_llm_calls),
+        repeat=repeat, seed=sampling.seed,
+    )
+    instance_id: str | None = None
+    try:
+        instance_id, record.messages = _unpack_create(client.create(task_id, params))
+        record.terminated_reason = _dialogue(client, policy, instance_id, record, sampling,
+                                             max_llm_calls)
+        verdict = _interpret_evaluation(client.evaluate(instance_id, sparse=False))
+        for key, value in verdict.items():
+            setattr(record, key, value)
+    except Exception as exc:  # one broken episode must not end the run; it is logged and redone
+        logger.exception("episode %s (repeat %d) failed", task_id, repeat)
+        record.error = f"{type(exc).__name__}: {exc}"
+        record.terminated_reason = record.terminated_reason or "error"
+    finally:
+        if instance_id is not None:
+            _release(client, instance_id)
+    record.elapsed_s = round(time.monotonic() - t0, 3)
+    return record
+
+
+def _dialogue(
+    client: Any, policy: ChatPolicy, instance_id: str, record: ValidationRecord,
+    sampling: SamplingSettings, max_llm_calls: int,
+) -> str:
+    """The policy/environment loop; returns why it stopped. Appends to ``record.messages``."""
+    while record.num_llm_calls < max_llm_calls:
+        try:
+            comp = complete_with_usage(policy, record.messages, sampling)
+        except ContextOverflowError as exc:
+            logger.info("%s: stopping, %s", record.task_id, exc)
+            return "context_overflow"
+        record.num_llm_calls += 1
+        record.num_prompt_tokens += comp.prompt_tokens
+        record.num_response_tokens += comp.completion_tokens
+        record.messages.append({"role": "assistant", "content": comp.text})
+        obs, terminated, _info = _unpack_step(client.step(instance_id, comp.text))
+        if obs is not None:
+            record.messages.append({"role": "user", "content": obs})
+        if terminated:
+            return "terminated"
+    return "max_llm_calls"
+
+
+def _release(client: Any, instance_id: str) -> None:
+    try:
+        client.release(instance_id)
+    except Exception:  # the episode's result stands; a leaked instance is the service's to reap
+        logger.warning("release of instance %s failed", instance_id, exc_info=True)
+
+
+def _generation_dict(sampling: SamplingSettings, max_llm_calls: int) -> dict[str, Any]:
+    out = sampling.to_dict()
+    out["max_llm_calls"] = max_llm_calls
+    out["n"] = 1
+    return out
+
+
+# --------------------------------------------------------------------------- task selection
+
+
+def default_task_ids(split: str) -> list[str]:
+    """Task ids of a SEAL split (``train``/``val``/``test``/``eval``), from the environment's data."""
+    from env_service.bfcl.tasks import load_split
+
+    return list(load_split(split))
+
+
+def split_lookup() -> Callable[[str], str | None]:
+    """Maps a task id to ``val``/``test``/``train`` (None if in no split)."""
+    from env_service.bfcl.tasks import load_split
+
+    table: dict[str, str] = {}
+    for name in ("train", "val", "test"):
+        for tid in load_split(name):
+            table[str(tid)] = name
+    return table.get
+
+
+def select_tasks(settings: EvalSettings, ids: list[str]) -> list[str]:
+    """Apply the category filter, ``per_category`` and ``limit`` (order preserved)."""
+    if settings.categories:
+        wanted = set(settings.categories)
+        ids = [t for t in ids if t.rsplit("_", 1)[0] in wanted]
+    if settings.per_category is not None:
+        seen: dict[str, int] = {}
+        kept = []
+        for t in ids:
+            cat = t.rsplit("_", 1)[0]
+            if seen.get(cat, 0) < settings.per_category:
+                kept.append(t)
+                seen[cat] = seen.get(cat, 0) + 1
+        ids = kept
+    return ids
+
+
+def filter_prompt_length(
+    client: Any, policy: ChatPolicy, ids: list[str], params: dict[str, Any],
+    max_prompt_tokens: int, limit: int | None,
+) -> tuple[list[str], dict[str, int]]:
+    """Keep tasks whose initial prompt fits ``max_prompt_tokens``; stop once ``limit`` fit.
+
+    Returns the kept ids and ``{skipped id: prompt tokens}``. Needs a policy that can count
+    tokens (``count_tokens``), i.e. a local checkpoint.
+    """
+    counter = getattr(policy, "count_tokens", None)
+    if counter is None:
+        raise ValueError("max_prompt_tokens needs a policy with a tokenizer (a local checkpoint)")
+    kept: list[str] = []
+    skipped: dict[str, int] = {}
+    for tid in ids:
+        if limit is not None and len(kept) >= limit:
+            break
+        instance_id, messages = _unpack_create(client.create(tid, params))
+        try:
+            n = counter(messages)
+        finally:
+            _release(client, instance_id)
+        if n > max_prompt_tokens:
+            logger.info("skipping %s: its prompt has %d tokens > max_prompt_tokens %d",
+                        tid, n, max_prompt_tokens)
+            skipped[tid] = n
+        else:
+            kept.append(tid)
+    return kept, skipped
+
+
+# --------------------------------------------------------------------------- orchestration
+
+
+@dataclass
+class RepeatResult:
+    repeat: int
+    seed: int
+    log_path: str
+    counts: dict[str, dict[str, int]]
+    category_mean: float
+    errors: int
+
+
+@dataclass
+class EvalSummary:
+    out_dir: str
+    step: int
+    task_ids: list[str]
+    skipped: dict[str, int]
+    repeats: list[RepeatResult]
+    mean_std: dict[str, tuple[float, float]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def repeat_dir(out_dir: Path, repeat: int, repeats: int) -> Path:
+    """The experiment dir of one repeat: ``out_dir`` itself, or ``out_dir/repeat_<k>``."""
+    return out_dir if repeats == 1 else out_dir / f"repeat_{repeat}"
+
+
+def run_eval(
+    settings: EvalSettings,
+    policy: ChatPolicy,
+    client_factory: Callable[[], Any],
+    out_dir: str | Path,
+) -> EvalSummary:
+    """Evaluate ``policy`` on the selected tasks ``settings.repeats`` times; write logs + summary.
+
+    Each repeat writes ``<dir>/validation_log/<step>.jsonl`` (``dir`` = ``out_dir`` or
+    ``out_dir/repeat_<k>``) and ``out_dir/eval_summary.json`` holds per-repeat pass counts and
+    the mean and std over repeats. Finished tasks are skipped when ``settings.resume``.
+    """
+    out_dir = Path(out_dir)
+    local = threading.local()
+
+    def client() -> Any:
+        if not hasattr(local, "client"):
+            local.client = client_factory()
+        return local.client
+
+    ids = select_tasks(settings, settings.task_ids or default_task_ids(settings.split))
+    skipped: dict[str, int] = {}
+    if settings.max_prompt_tokens is not None:
+        ids, skipped = filter_prompt_length(client(), policy, ids, settings.episode_params(),
+                                            settings.max_prompt_tokens, settings.limit)
+    elif settings.limit is not None:
+        ids = ids[: settings.limit]
+    if not ids:
+        raise ValueError("no task left to evaluate: check --split/--tasks/--categories/--limit")
+    split_of = _split_lookup_or_none(settings)
+    results = []
+    for r in range(settings.repeats):
+        results.append(_run_repeat(settings, policy, client, ids, out_dir, r, split_of))
+    summary = EvalSummary(
+        out_dir=str(out_dir), step=settings.step, task_ids=ids, skipped=skipped,
+        repeats=results, mean_std=_aggregate(results),
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "eval_summary.json").write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
+    return summary
+
+
+def _split_lookup_or_none(settings: EvalSettings) -> Callable[[str], str | None]:
+    try:
+        return split_lookup()
+    except (ImportError, FileNotFoundError) as exc:
+        logger.warning("cannot map task ids to splits (%s); records get split=%r", exc,
+                       settings.split)
+        return lambda _tid: settings.split
+
+
+def _run_repeat(
+    settings: EvalSettings, policy: ChatPolicy, client: Callable[[], Any], ids: list[str],
+    out_dir: Path, repeat: int, split_of: Callable[[str], str | None],
+) -> RepeatResult:
+    seed = settings.seed + repeat
+    sampling = SamplingSettings(**{**settings.sampling.to_dict(), "seed": seed})
+    set_seed = getattr(policy, "set_seed", None)
+    if set_seed is not None:
+        set_seed(seed)
+    writer = ValidationLogWriter(repeat_dir(out_dir, repeat, settings.repeats) / "validation_log",
+                                 max_message_chars=settings.max_message_chars)
+    log_path = writer.path_for(settings.step)
+    done = finished_keys(log_path) if settings.resume else set()
+    if not settings.resume and log_path.exists():
+        log_path.unlink()  # a fresh run must not mix with an older one in the same file
+    todo = [t for t in ids if (t, repeat) not in done]
+    if len(todo) < len(ids):
+        logger.info("repeat %d: %d of %d tasks already logged, resuming", repeat,
+                    len(ids) - len(todo), len(ids))
+
+    def work(tid: str) -> ValidationRecord:
+        return run_episode(client(), policy, tid, params=settings.episode_params(),
+                           sampling=sampling, max_llm_calls=settings.max_llm_calls,
+                           step=settings.step, split=split_of(tid), repeat=repeat)
+
+    bar = _progress(len(todo), f"repeat {repeat}", settings.progress)
+    with ThreadPoolExecutor(max_workers=settings.concurrency) as pool:
+        futures = [pool.submit(work, t) for t in todo]
+        for fut in as_completed(futures):
+            rec = fut.result()
+            writer.write(rec)
+            bar.update(1)
+    bar.close()
+    wanted = set(ids)
+    records = [r for r in dedupe_latest(read_log_file(log_path))
+               if r.get("task_id") in wanted and int(r.get("repeat", 0)) == repeat]
+    counts = pass_counts(records)
+    errors = sum(1 for r in records if r.get("error"))
+    if errors:
+        logger.warning("repeat %d: %d episodes ended in a runner error (counted as failures; "
+                       "rerun with resume to redo them)", repeat, errors)
+    return RepeatResult(
+        repeat=repeat, seed=seed, log_path=str(log_path),
+        counts={c: {"n_pass": pc.n_pass, "n": pc.n} for c, pc in counts.items()},
+        category_mean=category_mean(counts), errors=errors,
+    )
+
+
+def _progress(total: int, desc: str, enabled: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="task", disable=not enabled)
+
+
+def _aggregate(results: list[RepeatResult]) -> dict[str, tuple[float, float]]:
+    """Mean and std (over repeats) of each category's pass rate, the overall and the avg."""
+    keys = {k for r in results for k in r.counts}
+    out: dict[str, tuple[float, float]] = {}
+    for k in keys:
+        rates = [r.counts[k]["n_pass"] / r.counts[k]["n"] for r in results
+                 if k in r.counts and r.counts[k]["n"]]
+        out[k] = mean_std(rates)
+    out["category_mean"] = mean_std([r.category_mean for r in results])
+    out.setdefault(OVERALL, (float("nan"), float("nan")))
+    return out

@@ -1,0 +1,145 @@
+"""Pure statistics over validation-log records: pass rates per category, splits, tags, repeats."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+from seal.eval.logs import is_pass
+
+# The paper's column order; unknown categories are appended alphabetically.
+CATEGORY_ORDER: tuple[str, ...] = (
+    "multi_turn_base",
+    "multi_turn_miss_func",
+    "multi_turn_miss_param",
+    "multi_turn_long_context",
+)
+SHORT_NAMES: dict[str, str] = {
+    "multi_turn_base": "Base",
+    "multi_turn_miss_func": "MissFunc",
+    "multi_turn_miss_param": "MissParam",
+    "multi_turn_long_context": "LongCtx",
+}
+OVERALL = "overall"
+
+
+@dataclass(frozen=True)
+class PassCount:
+    n_pass: int
+    n: int
+
+    @property
+    def rate(self) -> float:
+        return self.n_pass / self.n if self.n else float("nan")
+
+    def cell(self) -> str:
+        """The release's cell format: ``pass_rate (n_pass/n)`` with the rate in percent."""
+        if not self.n:
+            return "-"
+        return f"{100 * self.rate:.2f} ({self.n_pass}/{self.n})"
+
+
+def category_of(record: Mapping[str, Any]) -> str:
+    """``data_source``, else the category encoded in a BFCL id (``multi_turn_base_12``)."""
+    cat = record.get("data_source") or record.get("category")
+    if cat:
+        return str(cat)
+    task_id = record.get("task_id")
+    if task_id and "_" in str(task_id):
+        return str(task_id).rsplit("_", 1)[0]
+    raise KeyError("log record has no data_source and no BFCL task_id to infer the category from")
+
+
+def order_categories(categories: Iterable[str]) -> list[str]:
+    cats = set(categories)
+    known = [c for c in CATEGORY_ORDER if c in cats]
+    return known + sorted(cats - set(CATEGORY_ORDER))
+
+
+def dedupe_latest(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per (task_id, repeat): the last one written (a resumed run redoes errors).
+
+    Records without a task_id (possible in the release's format) are all kept.
+    """
+    keyed: dict[tuple[str, int], dict[str, Any]] = {}
+    anonymous: list[dict[str, Any]] = []
+    for r in records:
+        if r.get("task_id") is None:
+            anonymous.append(r)
+        else:
+            keyed[(str(r["task_id"]), int(r.get("repeat", 0) or 0))] = r
+    return list(keyed.values()) + anonymous
+
+
+def filter_split(
+    records: list[dict[str, Any]], split: str, split_of: Callable[[dict[str, Any]], str | None]
+) -> list[dict[str, Any]]:
+    """Records of ``split`` (``all`` keeps everything); ``split_of`` maps a record to its split."""
+    if split == "all":
+        return list(records)
+    return [r for r in records if split_of(r) == split]
+
+
+def pass_counts(records: Iterable[dict[str, Any]]) -> dict[str, PassCount]:
+    """``{category: PassCount}`` plus ``overall`` (pooled over all records)."""
+    npass: Counter[str] = Counter()
+    total: Counter[str] = Counter()
+    for r in records:
+        cat = category_of(r)
+        total[cat] += 1
+        npass[cat] += int(is_pass(r))
+    out = {c: PassCount(npass[c], total[c]) for c in order_categories(total)}
+    out[OVERALL] = PassCount(sum(npass.values()), sum(total.values()))
+    return out
+
+
+def category_mean(counts: Mapping[str, PassCount]) -> float:
+    """Unweighted mean of the per-category rates: the paper's "Avg" column."""
+    rates = [pc.rate for c, pc in counts.items() if c != OVERALL and pc.n]
+    return sum(rates) / len(rates) if rates else float("nan")
+
+
+def tag_distribution(records: Iterable[dict[str, Any]]) -> Counter[str]:
+    """How often each per-turn failure tag occurs across the records' ``tags`` lists."""
+    counts: Counter[str] = Counter()
+    for r in records:
+        for t in r.get("tags") or []:
+            counts[str(t)] += 1
+    return counts
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for a single value)."""
+    if not values:
+        return float("nan"), float("nan")
+    m = sum(values) / len(values)
+    if len(values) < 2:
+        return m, 0.0
+    var = sum((v - m) ** 2 for v in values) / (len(values) - 1)
+    return m, math.sqrt(var)
+
+
+def per_step_counts(
+    steps: Mapping[int, list[dict[str, Any]]],
+    split: str = "all",
+    split_of: Callable[[dict[str, Any]], str | None] | None = None,
+) -> dict[int, dict[str, PassCount]]:
+    """Pass counts for every step of a log dir, after dedupe and the split filter."""
+    out: dict[int, dict[str, PassCount]] = {}
+    for step, records in steps.items():
+        recs = dedupe_latest(records)
+        if split != "all":
+            if split_of is None:
+                raise ValueError(f"split={split!r} needs split_of (e.g. from the eval parquet)")
+            recs = filter_split(recs, split, split_of)
+        out[step] = pass_counts(recs)
+    return out
+
+
+def group_by(records: Iterable[dict[str, Any]], key: str) -> dict[Any, list[dict[str, Any]]]:
+    groups: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        groups[r.get(key)].append(r)
+    return dict(groups)
