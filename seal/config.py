@@ -1,7 +1,7 @@
 """One config tree: compose an experiment YAML on verl's config and validate the SEAL blocks.
 
-Every ``exp/*.yaml`` composes verl's installed ``ppo_trainer`` config (Hydra searchpath
-``pkg://verl.trainer.config``) plus ``exp/seal_base.yaml``, which holds the SEAL blocks
+Every ``exp/*.yaml`` composes verl's installed ``ppo_trainer`` config (the composer puts
+``pkg://verl.trainer.config`` and ``exp/`` on Hydra's search path) plus ``exp/seal_base.yaml``, which holds the SEAL blocks
 (``trainer.backend``, ``env_service.*``, ``seal.*``) with the release's defaults. An experiment file
 changes only what it needs.
 
@@ -38,8 +38,10 @@ class ConfigError(ValueError):
 def compose_config(conf: str | Path, overrides: Sequence[str] = ()) -> DictConfig:
     """Compose ``conf`` (an experiment YAML) with Hydra overrides and validate it.
 
-    ``conf`` may live anywhere; files under the project's ``exp/`` folder are composed with
-    ``exp/`` as the config root, so they can name each other (``defaults: [/SEAL, _self_]``).
+    ``conf`` may live anywhere. Files under the project's ``exp/`` folder are composed with ``exp/``
+    as the config root; any file can build on another through ``defaults: [/SEAL, _self_]``. A file
+    in a sub-folder (``exp/ablations/x.yaml``) starts with ``# @package _global_`` so that what it
+    sets lands at the top level rather than under the folder's name.
     """
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
@@ -50,9 +52,12 @@ def compose_config(conf: str | Path, overrides: Sequence[str] = ()) -> DictConfi
         raise ConfigError(f"--conf {conf}: expected an existing .yaml file")
     root = EXP_DIR if path.is_relative_to(EXP_DIR) else path.parent
     name = path.relative_to(root).with_suffix("").as_posix()
+    # The search path is set here rather than in the YAML files: Hydra accepts `hydra.searchpath`
+    # only in the primary config, and exp/SEAL.yaml is also composed as a parent of other files.
+    searchpath = f"hydra.searchpath=[{VERL_SEARCHPATH},file://{EXP_DIR}]"
     try:
         with initialize_config_dir(config_dir=str(root), version_base=None):
-            cfg = compose(config_name=name, overrides=list(overrides))
+            cfg = compose(config_name=name, overrides=[searchpath, *overrides])
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(_one_line(exc)) from exc
     validate_config(cfg)

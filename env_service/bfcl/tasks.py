@@ -25,7 +25,6 @@ The ``data/`` directory is found relative to this repository; the environment va
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import os
@@ -61,7 +60,8 @@ class Task:
 
     ``entry`` is the BFCL question dict as read from the package (``id``, ``question``,
     ``initial_config``, ``involved_classes``, ...). It is shared by every episode of the task and
-    must never be mutated: consumers that need to change it take a deep copy.
+    must never be mutated: consumers that need to change it take a deep copy. The same holds for
+    the doc dicts in ``tools`` and ``held_out``, which tasks share with each other.
     """
 
     id: str
@@ -106,28 +106,43 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def _load_func_docs(data_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """Class -> its func docs, as in the package (no note appended)."""
     doc_dir = data_dir / "multi_turn_func_doc"
     return {cls: _read_jsonl(doc_dir / fname) for cls, fname in MULTI_TURN_FUNC_DOC_FILE_MAPPING.items()
             if (doc_dir / fname).is_file()}
 
 
-def build_tools(entry: dict[str, Any], func_docs: dict[str, list[dict[str, Any]]]
+def _with_note(doc: dict[str, Any]) -> dict[str, Any]:
+    return {**doc, "description": doc["description"] + PYTHON_NOTE}
+
+
+def build_tools(entry: dict[str, Any], func_docs: dict[str, list[dict[str, Any]]],
+                noted_docs: dict[str, list[dict[str, Any]]] | None = None,
                 ) -> tuple[list[dict[str, Any]], dict[int, list[dict[str, Any]]]]:
-    """Build ``(initial tools, held-out docs per turn)`` for one entry, as BFCL does."""
+    """Build ``(initial tools, held-out docs per turn)`` for one entry, as BFCL does.
+
+    ``func_docs``: class -> docs as shipped; ``noted_docs``: the same with the Python note
+    appended (computed here when not given). The returned dicts may be shared between tasks
+    (the store builds each class's docs once): treat them as read-only and copy before changing.
+    """
+    if noted_docs is None:
+        noted_docs = {cls: [_with_note(d) for d in docs] for cls, docs in func_docs.items()}
     tools: list[dict[str, Any]] = []
+    plain: dict[str, dict[str, Any]] = {}
     for cls in entry["involved_classes"]:
-        tools.extend(copy.deepcopy(func_docs[cls]))
+        tools.extend(noted_docs[cls])
+        plain.update((d["name"], d) for d in func_docs[cls])
     held_out: dict[int, list[dict[str, Any]]] = {}
     for turn_key, names in entry.get("missed_function", {}).items():
         docs: list[dict[str, Any]] = []
         for name in names:
             for i, doc in enumerate(tools):
                 if doc["name"] == name:
-                    docs.append(tools.pop(i))
+                    tools.pop(i)
+                    # BFCL moves held-out docs aside before appending the note: revealed docs have none.
+                    docs.append(plain[name])
                     break
         held_out[int(turn_key)] = docs
-    for doc in tools:
-        doc["description"] = doc["description"] + PYTHON_NOTE
     return tools, held_out
 
 
@@ -142,6 +157,7 @@ class TaskStore:
         """Read the four multi-turn categories (and optionally the retired composite set)."""
         data_dir = data_dir or bfcl_data_dir()
         func_docs = _load_func_docs(data_dir)
+        noted_docs = {cls: [_with_note(d) for d in docs] for cls, docs in func_docs.items()}
         sources = [(c, data_dir / f"{_VERSION_PREFIX}_{c}.json",
                     data_dir / "possible_answer" / f"{_VERSION_PREFIX}_{c}.json") for c in CATEGORIES]
         if include_composite:
@@ -155,7 +171,7 @@ class TaskStore:
                 tid = entry["id"]
                 if tid not in answers:
                     raise ValueError(f"bfcl-eval data: task {tid!r} has no ground truth in {answer_path.name}")
-                tools, held_out = build_tools(entry, func_docs)
+                tools, held_out = build_tools(entry, func_docs, noted_docs)
                 tasks[tid] = Task(id=tid, category=category, entry=entry, gt_turns=answers[tid],
                                   tools=tools, held_out=held_out,
                                   involved_classes=tuple(entry["involved_classes"]),

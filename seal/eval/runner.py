@@ -111,10 +111,11 @@ def _interpret_evaluation(result: Any) -> dict[str, Any]:
         "reward": float(result.get("reward", score)),
         "valid": bool(valid),
         "error_type": check.get("error_type"),
-        "tags": [str(t) for t in (check.get("tags") or [])],
+        "tags": [str(t) for t in (check.get("tags") or check.get("failure_tags") or [])],
         "model_turns": result.get("model_turns", check.get("model_turns")),
     }
-    extra = {k: check[k] for k in ("passed_turns", "scorable_turns", "progress") if k in check}
+    extra = {k: check[k] for k in ("passed_turns", "scorable_turns", "progress", "failed_turn")
+             if k in check}
     out["extra"] = extra
     return out
 

@@ -1,0 +1,214 @@
+"""HTTP routes of the environment service (FastAPI). Logic lives in :mod:`env_service.service`.
+
+Release-compatible routes (``/healthz``, ``/create``, ``/step``, ``/evaluate``, ``/get_info``,
+``/release``, ``/get_env_profile``) take the release's one request body and answer its envelope, so a
+client written for the release works unchanged. Typed routes live under ``/v1/``. ``/metrics`` and
+``/docs`` (OpenAPI) complete the set.
+
+Status codes (both families): 400 bad body or params, 404 unknown task id, unknown route or unknown /
+released / reaped instance id, 409 instance id already live, 413 content too large, 503 instance cap
+reached, worker lost or timed out, 500 anything unexpected. The body is always an ``ErrorResponse``
+with a one-line ``detail``; tracebacks go to the service log only.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from env_service import schemas
+from env_service.host import OpError, one_line, validation_summary
+from env_service.service import EnvService, ServiceConfig, observation_message
+
+logger = logging.getLogger(__name__)
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": schemas.ErrorResponse, "description": "bad body or params"},
+    404: {"model": schemas.ErrorResponse, "description": "unknown task or instance id"},
+    503: {"model": schemas.ErrorResponse, "description": "instance cap reached, or the episode's worker was lost"},
+}
+
+
+def _typed(model: BaseModel) -> Response:
+    return Response(model.model_dump_json(), media_type="application/json")
+
+
+def _envelope(data: Any) -> JSONResponse:
+    return JSONResponse({"success": True, "data": data})
+
+
+def _error(status: int, code: str, message: str) -> JSONResponse:
+    body = schemas.ErrorResponse(detail=message, error=schemas.ErrorBody(code=code, message=message))
+    return JSONResponse(body.model_dump(), status_code=status)
+
+
+class _LatencyMiddleware:
+    """Records each request's duration per route path (pure ASGI: cheaper than BaseHTTPMiddleware)."""
+
+    def __init__(self, app: Any, service: EnvService) -> None:
+        self.app = app
+        self.service = service
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        t0 = time.perf_counter()
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.service.latency.record(scope["path"], time.perf_counter() - t0)
+
+
+def _require_bfcl(req: schemas.ServiceRequest) -> None:
+    if req.env_type != schemas.ENV_TYPE:
+        raise OpError("bad_request", f"unknown env_type {req.env_type!r}; this service serves 'bfcl'")
+
+
+def _require_instance(req: schemas.ServiceRequest) -> str:
+    _require_bfcl(req)
+    if not req.instance_id:
+        raise OpError("bad_request", "instance_id is required")
+    return req.instance_id
+
+
+def _assistant_content(messages: dict | list) -> str:
+    """The release sends ``messages={"role": "assistant", "content": ...}``; a list's last entry is used."""
+    message = messages[-1] if isinstance(messages, list) and messages else messages
+    if not isinstance(message, dict) or not isinstance(message.get("content"), str):
+        raise OpError("bad_request", 'messages must be {"role": "assistant", "content": "<text>"}')
+    return message["content"]
+
+
+def _add_error_handlers(app: FastAPI, service: EnvService) -> None:
+    @app.exception_handler(OpError)
+    async def _op_error(request: Request, err: OpError) -> JSONResponse:
+        service.count_error(err.code)
+        return _error(err.status, err.code, err.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_body(request: Request, err: RequestValidationError) -> JSONResponse:
+        service.count_error("bad_request")
+        parts = [f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', 'invalid')}" for e in err.errors()[:5]]
+        return _error(400, "bad_request", one_line("invalid request: " + "; ".join(parts)))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        code = "not_found" if err.status_code == 404 else "bad_request"
+        service.count_error(code)
+        return _error(err.status_code, code, one_line(f"{request.method} {request.url.path}: {err.detail}"))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, err: Exception) -> JSONResponse:
+        service.count_error("internal")
+        logger.error("unhandled error on %s %s", request.method, request.url.path, exc_info=err)
+        return _error(500, "internal", one_line(f"internal error: {type(err).__name__}: {err}"))
+
+
+def _add_compat_routes(app: FastAPI, service: EnvService) -> None:
+    @app.get("/healthz", response_class=PlainTextResponse, tags=["release-compatible"])
+    async def healthz() -> PlainTextResponse:
+        if service.running and service.workers_alive() > 0:
+            return PlainTextResponse("OK")
+        return PlainTextResponse("UNAVAILABLE", status_code=503)
+
+    @app.post("/get_env_profile", response_model=schemas.Envelope, responses=_ERRORS, tags=["release-compatible"])
+    async def get_env_profile(req: schemas.ServiceRequest) -> JSONResponse:
+        _require_bfcl(req)
+        return _envelope(await service.env_profile(str(req.params.get("split", "train"))))
+
+    @app.post("/create", response_model=schemas.Envelope, responses=_ERRORS, tags=["release-compatible"])
+    async def create(req: schemas.ServiceRequest) -> JSONResponse:
+        _require_bfcl(req)
+        if not req.task_id:
+            raise OpError("bad_request", "task_id is required")
+        instance_id, messages, info = await service.create(req.task_id, req.params, req.instance_id)
+        return _envelope({"state": messages, "info": {**info, "instance_id": instance_id}})
+
+    @app.post("/step", response_model=schemas.Envelope, responses=_ERRORS, tags=["release-compatible"])
+    async def step(req: schemas.ServiceRequest) -> JSONResponse:
+        instance_id = _require_instance(req)
+        observation, terminated, reward, info = await service.step(instance_id, _assistant_content(req.messages))
+        return _envelope({"state": [observation_message(observation)], "reward": reward,
+                          "is_terminated": terminated, "info": info})
+
+    @app.post("/evaluate", response_model=schemas.Envelope, responses=_ERRORS, tags=["release-compatible"])
+    async def evaluate(req: schemas.ServiceRequest) -> JSONResponse:
+        instance_id = _require_instance(req)
+        return _envelope(await service.evaluate(instance_id, bool(req.params.get("sparse", False))))
+
+    @app.post("/get_info", response_model=schemas.Envelope, responses=_ERRORS, tags=["release-compatible"])
+    async def get_info(req: schemas.ServiceRequest) -> JSONResponse:
+        return _envelope(await service.get_info(_require_instance(req)))
+
+    @app.post("/release", response_model=schemas.Envelope, responses=_ERRORS, tags=["release-compatible"])
+    async def release(req: schemas.ServiceRequest) -> JSONResponse:
+        return JSONResponse({"success": await service.release(_require_instance(req)), "data": None})
+
+
+def _add_v1_routes(app: FastAPI, service: EnvService) -> None:
+    kw: dict[str, Any] = {"responses": _ERRORS, "tags": ["v1"]}
+
+    @app.get("/v1/healthz", response_model=schemas.HealthResponse, **kw)
+    async def v1_healthz() -> Response:
+        return _typed(service.health())
+
+    @app.post("/v1/create", response_model=schemas.CreateResponse, **kw)
+    async def v1_create(req: schemas.CreateRequest) -> Response:
+        return _typed(await service.v1_create(req))
+
+    @app.post("/v1/step", response_model=schemas.StepResponse, **kw)
+    async def v1_step(req: schemas.StepRequest) -> Response:
+        return _typed(await service.v1_step(req))
+
+    @app.post("/v1/evaluate", response_model=schemas.EvaluateResponse, **kw)
+    async def v1_evaluate(req: schemas.EvaluateRequest) -> Response:
+        return _typed(await service.v1_evaluate(req))
+
+    @app.post("/v1/release", response_model=schemas.ReleaseResponse, **kw)
+    async def v1_release(req: schemas.InstanceRequest) -> Response:
+        return _typed(await service.v1_release(req))
+
+    @app.post("/v1/info", response_model=schemas.InfoResponse, **kw)
+    async def v1_info(req: schemas.InstanceRequest) -> Response:
+        return _typed(await service.v1_info(req))
+
+    @app.post("/v1/profile", response_model=schemas.ProfileResponse, **kw)
+    async def v1_profile(req: schemas.ProfileRequest) -> Response:
+        return _typed(await service.v1_profile(req))
+
+    @app.get("/v1/metrics", response_model=schemas.MetricsResponse, tags=["v1"])
+    @app.get("/metrics", response_model=schemas.MetricsResponse, tags=["metrics"])
+    async def metrics() -> Response:
+        return _typed(service.metrics())
+
+
+def create_app(config: ServiceConfig | None = None, service: EnvService | None = None) -> FastAPI:
+    """The FastAPI application; starts and stops the service (and its workers) with the app."""
+    service = service or EnvService(config)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await service.start()
+        try:
+            yield
+        finally:
+            await service.stop()
+
+    app = FastAPI(title="SEAL BFCL environment service", version=schemas.PROTOCOL_VERSION, lifespan=lifespan,
+                  description="BFCL multi-turn episodes over HTTP: release-compatible routes plus typed /v1 routes.")
+    app.state.service = service
+    _add_error_handlers(app, service)
+    _add_compat_routes(app, service)
+    _add_v1_routes(app, service)
+    app.add_middleware(_LatencyMiddleware, service=service)
+    return app

@@ -1,0 +1,249 @@
+"""Safe execution of BFCL tool-call strings on one episode's own backend instances.
+
+BFCL's ``execute_multi_turn_func_call`` ``eval``s call strings in its module globals and caches
+instances there; this module keeps BFCL's observable behaviour (instances, result strings,
+error strings) without either:
+
+* Instances: BFCL's 8 multi-turn classes, created as BFCL creates them (``cls()``, then
+  ``_load_scenario(deepcopy(initial_config.get(name, {})), long_context=...)`` unless the class
+  is stateless), owned by one :class:`Executor` and reachable from nowhere else.
+* Calls are parsed with :mod:`ast`: exactly one call of a bare, public name, with literal
+  arguments only (``ast.literal_eval`` on each argument node; negative numbers allowed). The
+  method is looked up in this executor's table (public methods of its instances) and called with
+  the parsed positional and keyword values, so Python itself maps positional arguments to
+  parameters and raises the same ``TypeError`` text BFCL's ``eval`` would. Nothing is ever
+  ``eval``-ed or ``exec``-ed.
+* Result strings follow BFCL: ``str`` as is; an exact ``dict`` through ``json.dumps`` (default
+  arguments, ``str()`` if that raises); anything else ``str()``; any failure
+  ``"Error during execution: <message>"``. BFCL's blocked names (kill, exit, ...) give BFCL's
+  message; a name that is not a method of this episode gives Python's ``NameError`` text, as
+  BFCL's ``eval`` does.
+* Limits: call strings longer than ``max_call_chars`` and integer literals beyond
+  ``max_int_abs`` are refused; each call gets a wall-clock budget (``call_timeout_s``) enforced
+  with ``signal.setitimer`` when running on the main thread. Off the main thread no timer can be
+  armed, so only the literal limits apply; a single long C-level operation (e.g. a huge
+  big-integer power inside ``MathAPI.power``) cannot be interrupted in-process either, so the
+  service should also guard its worker processes with a wall-clock watchdog.
+* Shared module data: ``VehicleControlAPI.get_outside_temperature_from_google`` (long-context
+  mode) writes into and returns the module-level ``LONG_WEATHER_EXTENSION`` dict, and
+  ``MathAPI.logarithm`` sets mpmath's global precision before computing. Calls of these methods
+  run, and their results are turned into strings, under one process-wide lock, so concurrent
+  episodes in threads cannot see each other's values.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import importlib
+import inspect
+import json
+import signal
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPING, STATELESS_CLASSES
+
+MULTI_TURN_CLASSES: tuple[str, ...] = (
+    "GorillaFileSystem", "MathAPI", "MessageAPI", "TwitterAPI",
+    "TicketAPI", "TradingBot", "TravelAPI", "VehicleControlAPI",
+)
+BLOCKED_NAMES: frozenset[str] = frozenset({"kill", "exit", "quit", "remove", "unlink", "popen", "Popen", "run"})
+ERROR_PREFIX = "Error during execution: "
+DEFAULT_CALL_TIMEOUT_S = 2.0
+DEFAULT_MAX_CALL_CHARS = 32_768
+DEFAULT_MAX_INT_ABS = 2**53  # the JSON-safe integer range; no ground-truth literal comes close
+
+# (class, method) pairs that touch module-level state; see the module docstring.
+_SHARED_STATE_METHODS: frozenset[tuple[str, str]] = frozenset({
+    ("VehicleControlAPI", "get_outside_temperature_from_google"),
+    ("MathAPI", "logarithm"),
+})
+_SHARED_STATE_LOCK = threading.Lock()
+
+_LITERAL_NODES = (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Load)
+
+
+class CallParseError(ValueError):
+    """A call string is not a single literal-argument call of a bare public name."""
+
+
+class CallTimeout(BaseException):
+    """Raised by the per-call timer. A ``BaseException`` so backend ``except Exception`` cannot swallow it."""
+
+
+@dataclass(frozen=True)
+class ParsedCall:
+    """A parsed call: ``name(*args, **kwargs)`` with literal values only."""
+
+    name: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def bind(self, func: Any) -> dict[str, Any]:
+        """Map positional arguments to parameter names as Python would (``inspect.signature().bind``)."""
+        bound = inspect.signature(func).bind(*self.args, **self.kwargs)
+        return dict(bound.arguments)
+
+
+@dataclass(frozen=True)
+class CallResult:
+    """One executed call: the BFCL result string and, on failure, what kind of failure it was."""
+
+    text: str
+    error: str | None = None  # None | "parse" | "blocked" | "unknown" | "timeout" | "exception"
+
+
+def _check_literal(node: ast.AST, max_int_abs: int) -> None:
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.UnaryOp):
+            if not isinstance(sub.op, (ast.USub, ast.UAdd)) or not isinstance(sub.operand, ast.Constant) \
+                    or type(sub.operand.value) not in (int, float):
+                raise CallParseError("only literal arguments are allowed (a sign may precede a number only)")
+            continue
+        if not isinstance(sub, _LITERAL_NODES):
+            raise CallParseError(f"only literal arguments are allowed, found {type(sub).__name__}")
+        if isinstance(sub, ast.Constant) and type(sub.value) is int and abs(sub.value) > max_int_abs:
+            raise CallParseError(f"integer literal too large (limit {max_int_abs})")
+
+
+def parse_call(text: str, *, max_call_chars: int = DEFAULT_MAX_CALL_CHARS,
+               max_int_abs: int = DEFAULT_MAX_INT_ABS) -> ParsedCall:
+    """Parse one call string such as ``"cd(folder='docs')"`` or ``"sort('a.txt')"``.
+
+    Raises :class:`CallParseError` unless the text is exactly one call of a bare name that does
+    not start with an underscore, whose arguments (positional or keyword, no ``*``/``**``) are
+    literals. Syntax errors read like ``eval``'s (``"... (<string>, line 1)"``).
+    """
+    if not isinstance(text, str):
+        raise CallParseError(f"a call must be a string, got {type(text).__name__}")
+    if len(text) > max_call_chars:
+        raise CallParseError(f"call string too long ({len(text)} characters, limit {max_call_chars})")
+    try:
+        # eval() skips leading spaces and tabs; mirror it so results match BFCL's.
+        tree = ast.parse(text.lstrip(" \t"), filename="<string>", mode="eval")
+    except SyntaxError as e:
+        raise CallParseError(str(e)) from None
+    except (RecursionError, MemoryError, ValueError) as e:
+        raise CallParseError(f"cannot parse call: {type(e).__name__}") from None
+    call = tree.body
+    if not isinstance(call, ast.Call):
+        raise CallParseError(f"expected a function call, found {type(call).__name__}")
+    if not isinstance(call.func, ast.Name):
+        raise CallParseError(f"the called object must be a bare function name, found {type(call.func).__name__}")
+    name = call.func.id
+    if name.startswith("_"):
+        raise CallParseError(f"function names starting with '_' are not callable: {name!r}")
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    for node in call.args:
+        if isinstance(node, ast.Starred):
+            raise CallParseError("'*' argument unpacking is not allowed")
+        _check_literal(node, max_int_abs)
+        args.append(ast.literal_eval(node))
+    for kw in call.keywords:
+        if kw.arg is None:
+            raise CallParseError("'**' argument unpacking is not allowed")
+        _check_literal(kw.value, max_int_abs)
+        kwargs[kw.arg] = ast.literal_eval(kw.value)
+    return ParsedCall(name=name, args=tuple(args), kwargs=kwargs)
+
+
+def format_result(value: Any) -> str:
+    """BFCL's result-string rule (``multi_turn_utils.execute_multi_turn_func_call``)."""
+    if type(value) is str:
+        return value
+    if type(value) is dict:
+        try:
+            return json.dumps(value)
+        except (TypeError, ValueError, OverflowError, RecursionError):
+            return str(value)
+    return str(value)
+
+
+@contextmanager
+def _time_budget(seconds: float) -> Iterator[None]:
+    """Interrupt Python-level work after ``seconds`` (main thread only; a no-op elsewhere)."""
+    if seconds <= 0 or threading.current_thread() is not threading.main_thread() \
+            or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def _expire(signum: int, frame: Any) -> None:
+        raise CallTimeout(f"call exceeded its time budget of {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, _expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def backend_class(class_name: str) -> type:
+    """The BFCL backend class for ``class_name`` (one of the 8 multi-turn classes)."""
+    if class_name not in MULTI_TURN_CLASSES:
+        raise KeyError(f"unknown BFCL multi-turn class {class_name!r}; expected one of {', '.join(MULTI_TURN_CLASSES)}")
+    module = importlib.import_module(CLASS_FILE_PATH_MAPPING[class_name])
+    return getattr(module, class_name)
+
+
+class Executor:
+    """One episode's backend instances, method table and call execution."""
+
+    def __init__(self, involved_classes: list[str] | tuple[str, ...], initial_config: dict[str, Any],
+                 long_context: bool, *, call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
+                 max_call_chars: int = DEFAULT_MAX_CALL_CHARS, max_int_abs: int = DEFAULT_MAX_INT_ABS):
+        self.call_timeout_s = call_timeout_s
+        self.max_call_chars = max_call_chars
+        self.max_int_abs = max_int_abs
+        # Insertion order = involved_classes order, as BFCL's instance dict (the state checker
+        # reports the first mismatching class in this order).
+        self.instances: dict[str, Any] = {}
+        self._methods: dict[str, tuple[str, Any]] = {}
+        for class_name in involved_classes:
+            instance = backend_class(class_name)()
+            if class_name not in STATELESS_CLASSES:
+                instance._load_scenario(copy.deepcopy(initial_config.get(class_name, {})),
+                                        long_context=long_context)
+            self.instances[class_name] = instance
+            for method_name, method in inspect.getmembers(instance, predicate=inspect.ismethod):
+                if not method_name.startswith("_"):
+                    self._methods[method_name] = (class_name, method)
+
+    @property
+    def method_names(self) -> list[str]:
+        return sorted(self._methods)
+
+    def execute(self, calls: list[str]) -> list[str]:
+        """Execute ``calls`` in order; one BFCL result string per call."""
+        return [self.run_one(c).text for c in calls]
+
+    def run(self, calls: list[str]) -> list[CallResult]:
+        """Like :meth:`execute`, also telling how each call failed (if it did)."""
+        return [self.run_one(c) for c in calls]
+
+    def run_one(self, call: str) -> CallResult:
+        try:
+            parsed = parse_call(call, max_call_chars=self.max_call_chars, max_int_abs=self.max_int_abs)
+        except CallParseError as e:
+            return CallResult(ERROR_PREFIX + str(e), "parse")
+        if parsed.name in BLOCKED_NAMES:
+            return CallResult(f"{ERROR_PREFIX}Function call {parsed.name} is not allowed.", "blocked")
+        entry = self._methods.get(parsed.name)
+        if entry is None:
+            return CallResult(f"{ERROR_PREFIX}name '{parsed.name}' is not defined", "unknown")
+        class_name, method = entry
+        try:
+            with _time_budget(self.call_timeout_s):
+                if (class_name, parsed.name) in _SHARED_STATE_METHODS:
+                    with _SHARED_STATE_LOCK:
+                        return CallResult(format_result(method(*parsed.args, **parsed.kwargs)))
+                return CallResult(format_result(method(*parsed.args, **parsed.kwargs)))
+        except CallTimeout as e:
+            return CallResult(ERROR_PREFIX + str(e), "timeout")
+        except Exception as e:  # noqa: BLE001 - BFCL turns every execution failure into its result string
+            return CallResult(ERROR_PREFIX + str(e), "exception")

@@ -1,0 +1,59 @@
+"""Oracle episodes: the assistant messages that replay a task's ground truth through the protocol.
+
+For each ground-truth turn the oracle sends one assistant message holding all of the turn's calls
+as ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks (skipped when the turn's
+ground truth is empty), then a plain reply, which advances to the next user turn (or reveals the
+held-out functions, or ends the episode). Ground-truth call strings may use positional arguments
+(``sort('final_report.pdf')``); they are turned into keyword JSON with the backend method's
+signature, as Python would bind them.
+
+Used by the service tests, the benchmark and the soak script.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+from typing import Any
+
+from env_service.bfcl.executor import backend_class, parse_call
+
+ORACLE_REPLY = "Done."
+
+
+@functools.lru_cache(maxsize=None)
+def _signature(class_names: tuple[str, ...], method: str) -> inspect.Signature:
+    for class_name in class_names:
+        func = getattr(backend_class(class_name), method, None)
+        if func is not None and callable(func):
+            return inspect.signature(functools.partial(func, None))  # drop ``self``
+    raise KeyError(f"no backend among {', '.join(class_names)} has a method {method!r}")
+
+
+def call_to_json(call: str, involved_classes: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """``"sort('a.txt')"`` -> ``{"name": "sort", "arguments": {"file_name": "a.txt"}}``."""
+    parsed = parse_call(call)
+    bound = _signature(tuple(involved_classes), parsed.name).bind(*parsed.args, **parsed.kwargs)
+    return {"name": parsed.name, "arguments": dict(bound.arguments)}
+
+
+def tool_call_message(calls: list[str], involved_classes: list[str] | tuple[str, ...]) -> str:
+    """One assistant message with every call of a turn as a ``<tool_call>`` block."""
+    blocks = [f"<tool_call>\n{json.dumps(call_to_json(c, involved_classes))}\n</tool_call>" for c in calls]
+    return "\n".join(blocks)
+
+
+def oracle_messages(gt_turns: list[list[str]], involved_classes: list[str] | tuple[str, ...]) -> list[str]:
+    """The assistant messages of a full oracle episode, in order."""
+    messages: list[str] = []
+    for calls in gt_turns:
+        if calls:
+            messages.append(tool_call_message(calls, involved_classes))
+        messages.append(ORACLE_REPLY)
+    return messages
+
+
+def oracle_for_task(task: Any) -> list[str]:
+    """:func:`oracle_messages` for a ``env_service.bfcl.tasks.Task``."""
+    return oracle_messages(task.gt_turns, tuple(task.involved_classes))

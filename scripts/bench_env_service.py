@@ -1,0 +1,197 @@
+"""Throughput of the environment service: oracle episodes over HTTP vs. in-process.
+
+Each episode is ``create`` -> the oracle's assistant messages (per turn: all ground-truth calls in one
+message, then a plain reply) -> ``evaluate`` (full result) -> ``release``. The floor runs the same
+operations on an :class:`~env_service.host.EpisodeHost` in this process, without HTTP or worker
+processes. The HTTP runs go to ``python -m env_service`` started here as a subprocess, with client
+threads in this process (they share the machine's cores with the service).
+
+    .venv/bin/python scripts/bench_env_service.py                  # 1, 8, 32 clients, 400 episodes each
+    .venv/bin/python scripts/bench_env_service.py --episodes 200 --concurrency 1 32 --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from env_service.bfcl.tasks import default_store  # noqa: E402
+from env_service.client import EnvClient  # noqa: E402
+from env_service.host import bfcl_host, score_of  # noqa: E402
+from env_service.oracle import oracle_for_task  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def episode_plan(n: int, seed: int = 0) -> list[tuple[str, list[str]]]:
+    """``n`` (task id, oracle messages) pairs, cycling through all 800 tasks in a seeded order."""
+    store = default_store()
+    ids = store.ids()
+    random.Random(seed).shuffle(ids)
+    return [(ids[i % len(ids)], oracle_for_task(store.get(ids[i % len(ids)]))) for i in range(n)]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def run_floor(plan: list[tuple[str, list[str]]], params: dict) -> dict:
+    """The same operations on an in-process host: no HTTP, no IPC, one process."""
+    host = bfcl_host()
+    steps: list[float] = []
+    passed = 0
+    t0 = time.perf_counter()
+    for k, (task_id, messages) in enumerate(plan):
+        iid = f"floor-{k}"
+        host.handle("create", iid, {"task_id": task_id, "params": params})
+        for content in messages:
+            s0 = time.perf_counter()
+            host.handle("step", iid, {"content": content})
+            steps.append(time.perf_counter() - s0)
+        passed += score_of(host.handle("evaluate", iid, {"sparse": False})) == 1.0
+        host.handle("release", iid, {})
+    wall = time.perf_counter() - t0
+    return {"episodes": len(plan), "passed": passed, "wall_s": wall, "eps_per_s": len(plan) / wall,
+            "step_p50_ms": 1e3 * percentile(steps, 0.5), "step_p99_ms": 1e3 * percentile(steps, 0.99)}
+
+
+class RssSampler(threading.Thread):
+    """Samples the service's RSS (server process + its workers) every ``period`` seconds."""
+
+    def __init__(self, pid: int, period: float = 0.25) -> None:
+        super().__init__(daemon=True)
+        self.proc = psutil.Process(pid)
+        self.period = period
+        self.samples: list[int] = []
+        self._stop_event = threading.Event()
+
+    def rss(self) -> int:
+        procs = [self.proc] + self.proc.children(recursive=True)
+        total = 0
+        for p in procs:
+            try:
+                total += p.memory_info().rss
+            except psutil.NoSuchProcess:
+                continue
+        return total
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.period):
+            self.samples.append(self.rss())
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+
+
+def run_http(client: EnvClient, plan: list[tuple[str, list[str]]], params: dict, concurrency: int,
+             server_pid: int) -> dict:
+    steps: list[float] = []
+    lock = threading.Lock()
+    passed = [0]
+
+    def one(item: tuple[str, list[str]]) -> None:
+        task_id, messages = item
+        local: list[float] = []
+        ep = client.create(task_id, params)
+        for content in messages:
+            s0 = time.perf_counter()
+            client.step(ep.instance_id, content)
+            local.append(time.perf_counter() - s0)
+        ok = score_of(client.evaluate(ep.instance_id)) == 1.0
+        client.release(ep.instance_id)
+        with lock:
+            steps.extend(local)
+            passed[0] += ok
+
+    sampler = RssSampler(server_pid)
+    sampler.start()
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(one, plan))
+    wall = time.perf_counter() - t0
+    sampler.stop()
+    return {"concurrency": concurrency, "episodes": len(plan), "passed": passed[0], "wall_s": wall,
+            "eps_per_s": len(plan) / wall, "step_p50_ms": 1e3 * percentile(steps, 0.5),
+            "step_p99_ms": 1e3 * percentile(steps, 0.99),
+            "rss_max_mb": max(sampler.samples or [sampler.rss()]) / 2**20}
+
+
+def start_service(port: int, workers: int | None) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "env_service", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+    if workers is not None:
+        cmd += ["--workers", str(workers)]
+    proc = subprocess.Popen(cmd, cwd=ROOT)
+    probe = EnvClient(f"http://127.0.0.1:{port}")
+    deadline = time.monotonic() + 120
+    while not probe.healthz():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise SystemExit(f"the service did not come up (exit code {proc.poll()})")
+        time.sleep(0.2)
+    probe.close()
+    return proc
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--episodes", type=int, default=400, help="episodes per run (default 400)")
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    ap.add_argument("--workers", type=int, default=None, help="service worker processes (default: one per CPU)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    args = ap.parse_args()
+    params: dict = {}
+    plan = episode_plan(args.episodes)
+    episodes_steps = sum(len(m) for _, m in plan)
+    print(f"plan: {len(plan)} oracle episodes, {episodes_steps} steps ({episodes_steps / len(plan):.1f}/episode); "
+          f"{psutil.cpu_count()} CPUs")
+
+    floor = run_floor(plan, params)
+    print(f"in-process floor: {floor['eps_per_s']:.1f} episodes/s, step p50 {floor['step_p50_ms']:.3f} ms "
+          f"p99 {floor['step_p99_ms']:.3f} ms, passed {floor['passed']}/{floor['episodes']}")
+
+    port = free_port()
+    proc = start_service(port, args.workers)
+    results = []
+    try:
+        client = EnvClient(f"http://127.0.0.1:{port}", max_connections=max(args.concurrency) + 4)
+        run_http(client, plan[: min(len(plan), 50)], params, 8, proc.pid)  # warm-up
+        idle_rss = RssSampler(proc.pid).rss() / 2**20
+        for c in args.concurrency:
+            r = run_http(client, plan, params, c, proc.pid)
+            r["ratio_to_floor"] = r["eps_per_s"] / floor["eps_per_s"]
+            results.append(r)
+            print(f"HTTP c={c:>2}: {r['eps_per_s']:7.1f} episodes/s  ratio {r['ratio_to_floor']:.3f}  "
+                  f"step p50 {r['step_p50_ms']:.2f} ms p99 {r['step_p99_ms']:.2f} ms  "
+                  f"passed {r['passed']}/{r['episodes']}  service RSS max {r['rss_max_mb']:.0f} MB")
+        metrics = client.metrics()
+        client.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    print(f"service RSS after warm-up, idle: {idle_rss:.0f} MB; workers {metrics['workers']}, "
+          f"server-side /v1/step p50 {metrics['latency'].get('/v1/step', {}).get('p50_ms', float('nan')):.2f} ms")
+    if args.json:
+        args.json.write_text(json.dumps({"floor": floor, "http": results, "idle_rss_mb": idle_rss}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

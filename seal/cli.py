@@ -1,0 +1,185 @@
+"""The ``seal`` console script.
+
+    seal eval --model models/SmolLM2-135M-Instruct --split val --limit 8 --out experiments/eval_smol
+    seal eval --endpoint http://127.0.0.1:8000/v1 --served-model Qwen2.5-7B-Instruct --split eval
+    seal export-bfcl --log experiments/eval_smol/validation_log/0.jsonl --out .bench/bfcl-results
+
+``python -m seal.eval`` runs the ``eval`` subcommand directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+logger = logging.getLogger(__name__)
+
+
+def add_eval_arguments(ap: argparse.ArgumentParser) -> None:
+    src = ap.add_argument_group("policy (exactly one of --model / --endpoint)")
+    src.add_argument("--model", help="local Hugging Face checkpoint directory")
+    src.add_argument("--endpoint", help="OpenAI-compatible API root, e.g. http://127.0.0.1:8000/v1")
+    src.add_argument("--served-model", help="model name to send to --endpoint")
+    src.add_argument("--api-key-env", default="OPENAI_API_KEY",
+                     help="environment variable holding the endpoint's API key (default %(default)s)")
+    src.add_argument("--device", default="cpu", help="--model device: cpu or cuda (default %(default)s)")
+    src.add_argument("--dtype", default="auto", help="--model dtype: auto, float32, bfloat16, float16")
+    src.add_argument("--batch-size", type=int, default=8, help="--model: max requests per generate")
+
+    tasks = ap.add_argument_group("tasks")
+    tasks.add_argument("--split", default="val", choices=["train", "val", "test", "eval"])
+    tasks.add_argument("--tasks", help="comma-separated task ids (overrides --split)")
+    tasks.add_argument("--categories", help="comma-separated categories to keep")
+    tasks.add_argument("--per-category", type=int, help="keep the first N tasks of each category")
+    tasks.add_argument("--limit", type=int, help="evaluate at most N tasks")
+    tasks.add_argument("--max-prompt-tokens", type=int,
+                       help="skip tasks whose initial prompt is longer (needs --model's tokenizer)")
+
+    gen = ap.add_argument_group("generation (validation defaults: greedy, one sample)")
+    gen.add_argument("--temperature", type=float, default=0.0)
+    gen.add_argument("--top-p", type=float, default=1.0)
+    gen.add_argument("--max-new-tokens", type=int, default=512)
+    gen.add_argument("--max-llm-calls", type=int, default=20, help="LLM calls per episode (default %(default)s)")
+    gen.add_argument("--repeats", type=int, default=1, help="repeat the whole evaluation k times")
+    gen.add_argument("--seed", type=int, default=0, help="seed of repeat 0; repeat r uses seed + r")
+
+    run = ap.add_argument_group("run")
+    run.add_argument("--out", type=Path, help="experiment directory (default experiments/eval_<model name>)")
+    run.add_argument("--step", type=int, default=0, help="step number of the log file <step>.jsonl")
+    run.add_argument("--env-url", help="environment service URL (default: in-process environment)")
+    run.add_argument("--params", default="{}", help="extra per-episode env params as JSON")
+    run.add_argument("--concurrency", type=int, default=4, help="episodes in flight")
+    run.add_argument("--max-retries", type=int, default=3, help="--endpoint: retries per request")
+    run.add_argument("--timeout", type=float, default=300.0, help="--endpoint: seconds per request")
+    run.add_argument("--fresh", action="store_true", help="discard this step's log instead of resuming")
+    run.add_argument("--max-message-chars", type=int, help="truncate each logged message to N chars")
+    run.add_argument("--export-bfcl", type=Path, help="also write BFCL FC result files under this dir")
+    run.add_argument("--no-progress", action="store_true")
+
+
+def build_policy(args: argparse.Namespace) -> Any:
+    from seal.eval.policies import HFChatPolicy, OpenAIChatPolicy
+
+    if bool(args.model) == bool(args.endpoint):
+        raise SystemExit("seal eval: pass exactly one of --model PATH or --endpoint URL")
+    if args.model:
+        if not Path(args.model).is_dir():
+            raise SystemExit(f"seal eval: --model {args.model} is not a directory (a HF checkpoint)")
+        return HFChatPolicy(args.model, device=args.device, dtype=args.dtype, max_batch_size=args.batch_size)
+    if not args.served_model:
+        raise SystemExit("seal eval: --endpoint needs --served-model NAME")
+    return OpenAIChatPolicy(args.endpoint, args.served_model, api_key=os.environ.get(args.api_key_env),
+                            max_concurrency=args.concurrency, max_retries=args.max_retries,
+                            timeout_s=args.timeout)
+
+
+def client_factory(env_url: str | None) -> Callable[[], Any]:
+    from env_service.client import EnvClient
+
+    if env_url:
+        return lambda: EnvClient(env_url)
+    return EnvClient.in_process
+
+
+def settings_from_args(args: argparse.Namespace) -> Any:
+    from seal.eval.policies import SamplingSettings
+    from seal.eval.runner import EvalSettings
+
+    try:
+        params = json.loads(args.params)
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"seal eval: --params is not JSON ({exc})") from None
+    if not isinstance(params, dict):
+        raise SystemExit("seal eval: --params must be a JSON object")
+
+    def split_csv(text: str | None) -> list[str] | None:
+        return [t.strip() for t in text.split(",") if t.strip()] if text else None
+
+    return EvalSettings(
+        split=args.split, task_ids=split_csv(args.tasks), categories=split_csv(args.categories),
+        per_category=args.per_category, limit=args.limit, step=args.step, repeats=args.repeats,
+        seed=args.seed, concurrency=args.concurrency, max_llm_calls=args.max_llm_calls, params=params,
+        sampling=SamplingSettings(temperature=args.temperature, top_p=args.top_p,
+                                  max_tokens=args.max_new_tokens),
+        resume=not args.fresh, max_prompt_tokens=args.max_prompt_tokens,
+        max_message_chars=args.max_message_chars, progress=not args.no_progress,
+    )
+
+
+def default_out_dir(args: argparse.Namespace) -> Path:
+    name = Path(args.model).name if args.model else str(args.served_model).replace("/", "_")
+    return Path("experiments") / f"eval_{name}"
+
+
+def format_summary(summary: Any) -> str:
+    from seal.eval.stats import order_categories
+
+    lines = [f"evaluated {len(summary.task_ids)} tasks x {len(summary.repeats)} repeat(s) -> {summary.out_dir}"]
+    if summary.skipped:
+        lines.append(f"skipped (prompt too long): {', '.join(sorted(summary.skipped))}")
+    for rep in summary.repeats:
+        cells = [f"{c}: {v['n_pass']}/{v['n']}" for c, v in rep.counts.items()]
+        lines.append(f"repeat {rep.repeat} (seed {rep.seed}): " + ", ".join(cells)
+                     + (f"  [{rep.errors} runner errors]" if rep.errors else ""))
+    keys = order_categories(k for k in summary.mean_std if k not in ("overall", "category_mean"))
+    for k in [*keys, "overall", "category_mean"]:
+        m, s = summary.mean_std.get(k, (float("nan"), float("nan")))
+        lines.append(f"  {k:28s} {100 * m:6.2f} +- {100 * s:5.2f}")
+    return "\n".join(lines)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from seal.eval.export import export_log
+    from seal.eval.runner import repeat_dir, run_eval
+
+    settings = settings_from_args(args)
+    policy = build_policy(args)
+    out = args.out or default_out_dir(args)
+    summary = run_eval(settings, policy, client_factory(args.env_url), out)
+    print(format_summary(summary))
+    if args.export_bfcl:
+        for rep in summary.repeats:
+            root = args.export_bfcl if settings.repeats == 1 else args.export_bfcl / f"repeat_{rep.repeat}"
+            files = export_log(repeat_dir(Path(out), rep.repeat, settings.repeats) / "validation_log"
+                               / f"{settings.step}.jsonl", root)
+            print(f"BFCL result files: {', '.join(str(p) for p in files.values())}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from seal.eval.export import export_log
+
+    files = export_log(args.log, args.out, model=args.bfcl_model)
+    for cat, path in files.items():
+        print(f"{cat}: {path}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="seal", description="SEAL command line")
+    ap.add_argument("--log-level", default="INFO")
+    sub = ap.add_subparsers(dest="command", required=True)
+    ev = sub.add_parser("eval", help="evaluate a checkpoint or an endpoint on a BFCL split")
+    add_eval_arguments(ev)
+    ev.set_defaults(func=cmd_eval)
+    ex = sub.add_parser("export-bfcl", help="write a validation log as BFCL FC result files")
+    ex.add_argument("--log", type=Path, required=True, help="a <step>.jsonl validation log")
+    ex.add_argument("--out", type=Path, required=True, help="BFCL project root to write result/ under")
+    ex.add_argument("--bfcl-model", default="gpt-4o-2024-11-20-FC", help="an FC model name BFCL knows")
+    ex.set_defaults(func=cmd_export)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

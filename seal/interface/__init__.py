@@ -1,0 +1,44 @@
+"""Training-time interface evolution: observation hints, recovery feedback, guidelines.
+
+All pure: the environment applies them per episode through :class:`EpisodeInterface`, built
+from the episode's ``params``; the trainer chooses guideline lines with
+:func:`select_guidelines` and sends them in ``params.diagnostic_evolution.lines``.
+"""
+
+from seal.interface.episode import (
+    TRAINING_MODES,
+    VALIDATION_MODES,
+    DiagnosticEvolutionParams,
+    EpisodeInterface,
+    ObservationLiteParams,
+    ToolFeedbackParams,
+)
+from seal.interface.feedback import FORMAT_EXAMPLES, parse_error_feedback, tool_error_feedback, tool_error_hint
+from seal.interface.guidelines import (
+    DEFAULT_GUIDELINES,
+    GUIDELINES_HEADER,
+    GuidelineConfig,
+    render_guidelines,
+    select_guidelines,
+)
+from seal.interface.observation import OBSERVATION_INSTRUCTION, observation_hints
+
+__all__ = [
+    "DEFAULT_GUIDELINES",
+    "FORMAT_EXAMPLES",
+    "GUIDELINES_HEADER",
+    "OBSERVATION_INSTRUCTION",
+    "TRAINING_MODES",
+    "VALIDATION_MODES",
+    "DiagnosticEvolutionParams",
+    "EpisodeInterface",
+    "GuidelineConfig",
+    "ObservationLiteParams",
+    "ToolFeedbackParams",
+    "observation_hints",
+    "parse_error_feedback",
+    "render_guidelines",
+    "select_guidelines",
+    "tool_error_feedback",
+    "tool_error_hint",
+]

@@ -1,0 +1,165 @@
+"""Per-episode interface evolution, built from the SEAL-compatible ``/create`` params.
+
+The environment builds one :class:`EpisodeInterface` per episode and asks it for the tool
+schemas, the extra system-prompt blocks and the recovery hints. Each part has its own gate:
+it is active iff its block has ``enable``, the episode is a training episode (or the block
+sets ``apply_to_validation``), and the task's category passes the block's ``categories``
+filter (empty or absent: all categories). Inactive parts change nothing, so a validation
+episode sees exactly the untouched environment.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from seal.interface.feedback import parse_error_feedback, tool_error_feedback
+from seal.interface.guidelines import render_guidelines
+from seal.interface.observation import OBSERVATION_INSTRUCTION, observation_hints
+from seal.types import dataclass_from_mapping
+
+VALIDATION_MODES = frozenset({"validate", "validation", "val", "test"})
+TRAINING_MODES = frozenset({"sample", "train", "training"})
+
+
+@dataclass
+class ObservationLiteParams:
+    """``params.observation_lite``: schema hints plus one instruction line."""
+
+    enable: bool = False
+    apply_to_validation: bool = False
+    categories: list[str] | None = None
+    add_required_hint: bool = True
+    add_type_hint: bool = False
+    add_enum_hint: bool = True
+    hide_optional: bool = False
+    instruction: str | None = None  # None: the release's default line
+
+
+@dataclass
+class ToolFeedbackParams:
+    """``params.tool_feedback_evolution``: recovery hints on parse and tool errors."""
+
+    enable: bool = False
+    apply_to_validation: bool = False
+    categories: list[str] | None = None
+    max_tool_names: int = 12
+
+
+@dataclass
+class DiagnosticEvolutionParams:
+    """``params.diagnostic_evolution``: guideline lines chosen by the trainer for this episode."""
+
+    enable: bool = False
+    apply_to_validation: bool = False
+    categories: list[str] | None = None
+    lines: list[str] = field(default_factory=list)
+
+
+def _gate(block: Any, *, validation: bool, category: str) -> bool:
+    if not block.enable:
+        return False
+    if validation and not block.apply_to_validation:
+        return False
+    return not block.categories or category in block.categories
+
+
+@dataclass
+class EpisodeInterface:
+    """The training-time interface of one episode (see the module docstring for the gates)."""
+
+    category: str
+    rollout_mode: str = "sample"
+    observation_lite: ObservationLiteParams = field(default_factory=ObservationLiteParams)
+    tool_feedback: ToolFeedbackParams = field(default_factory=ToolFeedbackParams)
+    diagnostic: DiagnosticEvolutionParams = field(default_factory=DiagnosticEvolutionParams)
+
+    def __post_init__(self) -> None:
+        if self.rollout_mode not in VALIDATION_MODES | TRAINING_MODES:
+            raise ValueError(
+                f"params.rollout_mode must be one of {sorted(VALIDATION_MODES | TRAINING_MODES)}, "
+                f"got {self.rollout_mode!r}"
+            )
+        v = self.rollout_mode in VALIDATION_MODES
+        self._active = {
+            "observation_lite": _gate(self.observation_lite, validation=v, category=self.category),
+            "tool_feedback_evolution": _gate(self.tool_feedback, validation=v, category=self.category),
+            "diagnostic_evolution": _gate(self.diagnostic, validation=v, category=self.category),
+        }
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any] | None, *, category: str) -> EpisodeInterface:
+        """Read the interface keys of a ``/create`` ``params`` dict (other keys are the
+        environment's and are ignored here). Unknown keys inside a block raise ``ValueError``
+        naming the key; an absent or ``None`` block means "off"."""
+        params = params or {}
+        return cls(
+            category=category,
+            rollout_mode=str(params.get("rollout_mode") or "sample"),
+            observation_lite=_block(ObservationLiteParams, params, "observation_lite"),
+            tool_feedback=_block(ToolFeedbackParams, params, "tool_feedback_evolution"),
+            diagnostic=_block(DiagnosticEvolutionParams, params, "diagnostic_evolution"),
+        )
+
+    @property
+    def active(self) -> dict[str, bool]:
+        """Which parts apply to this episode, keyed by their ``params`` block name."""
+        return dict(self._active)
+
+    @property
+    def is_validation(self) -> bool:
+        return self.rollout_mode in VALIDATION_MODES
+
+    def transform_tools(self, tools: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A deep copy of ``tools``, with observation hints when that part is active."""
+        if not self._active["observation_lite"]:
+            return copy.deepcopy(list(tools))
+        o = self.observation_lite
+        return observation_hints(
+            tools,
+            add_required_hint=o.add_required_hint,
+            add_type_hint=o.add_type_hint,
+            add_enum_hint=o.add_enum_hint,
+            hide_optional=o.hide_optional,
+        )
+
+    def system_blocks(self) -> list[str]:
+        """Blocks to append to the system prompt, each after a blank line (empty when inactive)."""
+        blocks = []
+        if self._active["observation_lite"]:
+            text = OBSERVATION_INSTRUCTION if self.observation_lite.instruction is None else self.observation_lite.instruction
+            if text:
+                blocks.append(text)
+        if self._active["diagnostic_evolution"] and self.diagnostic.lines:
+            blocks.append(render_guidelines(self.diagnostic.lines))
+        return blocks
+
+    def parse_error_feedback(self, reason: str, *, parser_mode: str, tool_names: Sequence[str]) -> str:
+        """Hint lines to append after a parse/unavailable-tool error, or ``""`` when inactive."""
+        if not self._active["tool_feedback_evolution"]:
+            return ""
+        return parse_error_feedback(
+            reason, parser_mode=parser_mode, tool_names=tool_names, max_tool_names=self.tool_feedback.max_tool_names
+        )
+
+    def tool_error_feedback(self, error_text: str, *, tool_names: Sequence[str]) -> str:
+        """``"[ToolHint] ..."`` for a tool error, or ``""`` when inactive or no rule applies."""
+        if not self._active["tool_feedback_evolution"]:
+            return ""
+        return tool_error_feedback(error_text, tool_names=tool_names)
+
+
+def _block(cls: type, params: Mapping[str, Any], key: str) -> Any:
+    raw = params.get(key)
+    if raw is not None and not isinstance(raw, Mapping) and hasattr(raw, "model_dump"):
+        raw = raw.model_dump()  # a pydantic block from the environment's typed params
+    block = dataclass_from_mapping(cls, raw, section=f"params.{key}")
+    if block.categories is not None:
+        block.categories = [str(c) for c in block.categories]
+    if isinstance(block, DiagnosticEvolutionParams):
+        if isinstance(block.lines, str) or not all(isinstance(x, str) for x in block.lines):
+            raise ValueError("params.diagnostic_evolution.lines must be a list of strings")
+        block.lines = list(block.lines)
+    return block

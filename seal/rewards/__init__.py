@@ -1,0 +1,135 @@
+"""Episode rewards from the environment's ``/evaluate`` result.
+
+``binary`` (default, the paper's recipe): 1 iff BFCL's multi-turn checker passes. The dense
+modes give partial credit to failed episodes: ``capped`` (turn progress, weighted and capped,
+the cap optionally decaying by epoch) and ``progress`` (the T3RL turn ratio with irrelevance
+turns weighted). Every knob is used as given; an explicit 0 means 0 (the release's
+``x or default`` turned a configured 0 back into the default).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from seal.types import dataclass_from_mapping
+
+REWARD_MODES = ("binary", "capped", "progress")
+
+
+@dataclass
+class RewardConfig:
+    """``seal.reward``. Defaults: binary reward; the dense knobs hold the release's defaults."""
+
+    mode: str = "binary"
+    partial_credit_cap: float = 0.7
+    partial_credit_weight: float = 1.0
+    cap_decay: bool = False
+    min_cap: float = 0.0
+    irrelevance_weight: float = 0.5
+    scorable_floor: bool = False
+
+    def __post_init__(self) -> None:
+        if self.mode not in REWARD_MODES:
+            raise ValueError(f"seal.reward.mode must be one of {list(REWARD_MODES)}, got {self.mode!r}")
+        for key in ("partial_credit_cap", "partial_credit_weight", "min_cap", "irrelevance_weight"):
+            value = getattr(self, key)
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"seal.reward.{key} must be a finite number >= 0, got {value}")
+        for key in ("partial_credit_cap", "min_cap"):
+            if getattr(self, key) > 1:
+                raise ValueError(f"seal.reward.{key} must be in [0, 1], got {getattr(self, key)}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> RewardConfig:
+        return dataclass_from_mapping(cls, data, section="seal.reward")
+
+
+@dataclass(frozen=True)
+class RewardResult:
+    """The scalar reward and the diagnosis metadata that travel with the episode."""
+
+    score: float
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def _clip01(x: float) -> float:
+    return min(max(float(x), 0.0), 1.0)
+
+
+def _need(check: Mapping[str, Any], key: str, mode: str) -> Any:
+    if key not in check:
+        raise KeyError(f"reward mode {mode!r} needs {key!r} in the evaluate result; got keys {sorted(check)}")
+    return check[key]
+
+
+def _passed(check: Mapping[str, Any]) -> bool:
+    if "accuracy" in check:
+        return float(check["accuracy"]) >= 1.0
+    if "valid" in check:
+        return bool(check["valid"])
+    raise KeyError(f"the evaluate result has neither 'accuracy' nor 'valid'; got keys {sorted(check)}")
+
+
+def effective_cap(cfg: RewardConfig, epoch: int, total_epochs: int) -> float:
+    """The partial-credit cap at ``epoch`` (0-based): with ``cap_decay``,
+    max(min_cap, cap·(1 − epoch/total_epochs)); otherwise the cap."""
+    if total_epochs < 1:
+        raise ValueError(f"total_epochs must be >= 1, got {total_epochs}")
+    if not cfg.cap_decay:
+        return cfg.partial_credit_cap
+    return max(cfg.min_cap, cfg.partial_credit_cap * (1.0 - epoch / total_epochs))
+
+
+def _progress_score(check: Mapping[str, Any], cfg: RewardConfig) -> float:
+    m = "progress"
+    scorable = float(_need(check, "scorable_turns", m))
+    passed = float(_need(check, "passed_turns", m))
+    irr = float(_need(check, "irrelevance_turns", m))
+    passed_irr = float(_need(check, "passed_irrelevance_turns", m))
+    if cfg.scorable_floor and scorable > 0 and passed == 0:
+        return 0.0
+    w = cfg.irrelevance_weight
+    denom = scorable + w * irr
+    if denom > 0:
+        return _clip01((passed + w * passed_irr) / denom)
+    return _clip01(_need(check, "progress_with_irrelevance", m))
+
+
+def compute_reward(
+    check: Mapping[str, Any], *, cfg: RewardConfig, epoch: int = 0, total_epochs: int = 1
+) -> RewardResult:
+    """Score one episode from its full ``/evaluate`` result ``check``.
+
+    ``binary``: 1.0 if passed else 0.0. ``capped``: 1 if passed else
+    min(cap, max(0, weight)·clip(progress, 0, 1)) with the cap from :func:`effective_cap`.
+    ``progress``: 1 if passed; else 0 when ``scorable_floor`` and no scorable turn passed;
+    else clip((passed + w·passed_irr) / (scorable + w·irr), 0, 1), falling back to
+    ``progress_with_irrelevance`` when the denominator is 0. "Passed" is ``accuracy >= 1``
+    (or ``valid`` when there is no accuracy).
+    """
+    passed = _passed(check)
+    meta: dict[str, Any] = {
+        "mode": cfg.mode,
+        "passed": passed,
+        "tags": list(check.get("failure_tags") or check.get("tags") or []),
+        "per_turn_valid": list(check.get("per_turn_valid") or []),
+        "progress": check.get("progress"),
+        "progress_with_irrelevance": check.get("progress_with_irrelevance"),
+    }
+    if passed:
+        score = 1.0
+    elif cfg.mode == "binary":
+        score = 0.0
+    elif cfg.mode == "capped":
+        cap = effective_cap(cfg, epoch, total_epochs)
+        meta["cap"] = cap
+        score = min(cap, cfg.partial_credit_weight * _clip01(_need(check, "progress", "capped")))
+    else:
+        score = _progress_score(check, cfg)
+    return RewardResult(score=float(score), meta=meta)
+
+
+__all__ = ["REWARD_MODES", "RewardConfig", "RewardResult", "compute_reward", "effective_cap"]

@@ -1,0 +1,78 @@
+"""The tag vocabulary is exhaustive and consistent; config helpers reject typos."""
+
+from dataclasses import dataclass
+
+import pytest
+
+from seal.types import (
+    DEFAULT_TAG_WEIGHTS,
+    EXCLUDED_TAGS,
+    GUIDELINE_EXCLUDED_TAGS,
+    PAPER_LABEL_DESCRIPTIONS,
+    TAG_DESCRIPTIONS,
+    TAG_TO_PAPER_LABEL,
+    UNKNOWN_TAG,
+    FailureTag,
+    PaperLabel,
+    category_of,
+    dataclass_from_mapping,
+)
+
+RELEASE_TAGS = {
+    "gt_error", "spurious_tool_call", "correct_abstention", "empty_turn_model_response", "instance_mismatch",
+    "checker_error", "state_mismatch", "response_mismatch", "pass",
+}  # fmt: skip
+
+
+def test_failure_tags_are_the_release_nine() -> None:
+    assert {str(t) for t in FailureTag} == RELEASE_TAGS
+    assert UNKNOWN_TAG not in RELEASE_TAGS
+
+
+@pytest.mark.parametrize("tag", list(FailureTag))
+def test_every_tag_has_weight_description_and_paper_label(tag: FailureTag) -> None:
+    assert DEFAULT_TAG_WEIGHTS[tag] > 0
+    assert tag.description == TAG_DESCRIPTIONS[tag] and len(tag.description) > 20
+    assert isinstance(tag.paper_label, PaperLabel)
+
+
+def test_paper_vocabulary() -> None:
+    assert {str(p) for p in PaperLabel} - {"none"} == {
+        "invalid_tool_call", "argument_mismatch", "missing_tool_call", "recovery_failure", "state_mismatch",
+        "response_mismatch",
+    }  # fmt: skip
+    assert set(PAPER_LABEL_DESCRIPTIONS) == set(PaperLabel)
+    assert set(TAG_TO_PAPER_LABEL) == set(FailureTag)
+
+
+def test_release_default_weights_and_excluded_sets() -> None:
+    assert DEFAULT_TAG_WEIGHTS[FailureTag.SPURIOUS_TOOL_CALL] == 2.0
+    assert DEFAULT_TAG_WEIGHTS[FailureTag.CORRECT_ABSTENTION] == 1.8
+    assert DEFAULT_TAG_WEIGHTS[FailureTag.EMPTY_TURN_MODEL_RESPONSE] == 1.5
+    assert DEFAULT_TAG_WEIGHTS[FailureTag.RESPONSE_MISMATCH] == 0.9
+    assert DEFAULT_TAG_WEIGHTS[FailureTag.INSTANCE_MISMATCH] == 0.6
+    assert EXCLUDED_TAGS == {"checker_error", "gt_error"}
+    assert GUIDELINE_EXCLUDED_TAGS == {"checker_error", "gt_error", "pass", "correct_abstention", "unknown"}
+
+
+def test_category_of() -> None:
+    assert category_of("multi_turn_long_context_199") == "multi_turn_long_context"
+    with pytest.raises(ValueError, match="trailing|does not end"):
+        category_of("multi_turn_base")
+
+
+@dataclass
+class _Cfg:
+    a: int = 1
+    b: str = "x"
+
+
+def test_dataclass_from_mapping() -> None:
+    assert dataclass_from_mapping(_Cfg, {"a": 3}, section="s") == _Cfg(a=3)
+    assert dataclass_from_mapping(_Cfg, None, section="s") == _Cfg()
+    inst = _Cfg(a=5)
+    assert dataclass_from_mapping(_Cfg, inst, section="s") is inst
+    with pytest.raises(ValueError, match=r"s: unknown key\(s\) \['c'\]"):
+        dataclass_from_mapping(_Cfg, {"c": 1}, section="s")
+    with pytest.raises(TypeError, match="expected a mapping"):
+        dataclass_from_mapping(_Cfg, [1], section="s")
