@@ -10,6 +10,9 @@ Errors: :class:`EnvServiceError` means the request itself is wrong (a 4xx: do no
 :class:`EnvUnavailableError` means the environment failed (connection refused, timeout, 503, other
 5xx): the caller may retry the episode once and then count an environment fault.
 
+Every call has an awaitable twin (``acreate``, ``astep``, ``aevaluate``, ``aget_info``, ``arelease``,
+``aget_env_profile``) for asyncio callers such as an agent loop; it runs the same request.
+
 Retries: only idempotent calls (``healthz``, ``evaluate``, ``get_info``, ``release``,
 ``get_env_profile``, ``metrics``) are retried on unavailability. ``create`` and ``step`` change
 state, so they are re-sent only when the connection could not even be opened (nothing was sent).
@@ -82,7 +85,11 @@ def _error_for(status: int, code: str, message: str, url: str = "") -> EnvError:
 
 
 class _HttpTransport:
-    """POST/GET JSON against one of several base URLs, with retries for idempotent calls."""
+    """JSON over HTTP against one of several base URLs; retries for idempotent calls.
+
+    Holds a sync ``httpx.Client`` and, on first async use, an ``httpx.AsyncClient`` (bound to the
+    event loop that first used it).
+    """
 
     def __init__(self, urls: Sequence[str], timeout_s: float, retries: int, backoff_s: float,
                  max_connections: int) -> None:
@@ -91,13 +98,19 @@ class _HttpTransport:
         self.urls = [u.rstrip("/") for u in urls]
         self.retries = retries
         self.backoff_s = backoff_s
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        self._http = httpx.Client(timeout=timeout_s, limits=limits)
+        self._timeout_s = timeout_s
+        self._limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self._http = httpx.Client(timeout=timeout_s, limits=self._limits)
+        self._ahttp: httpx.AsyncClient | None = None
 
     def url_for(self, key: str | None) -> str:
         if key is None or len(self.urls) == 1:
             return self.urls[0]
         return self.urls[zlib.crc32(key.encode()) % len(self.urls)]
+
+    def _should_retry(self, err: EnvUnavailableError, idempotent: bool, attempt: int) -> bool:
+        # Non-idempotent calls are re-sent only if nothing reached the service.
+        return (idempotent or err.code == "connect") and attempt < self.retries
 
     def request(self, method: str, path: str, body: dict | None, *, key: str | None, idempotent: bool) -> Any:
         url = self.url_for(key) + path
@@ -106,35 +119,67 @@ class _HttpTransport:
             try:
                 return self._once(method, url, body)
             except EnvUnavailableError as err:
-                # Non-idempotent calls are re-sent only if nothing reached the service.
-                retry = idempotent or err.code == "connect"
-                if not retry or attempt >= self.retries:
+                if not self._should_retry(err, idempotent, attempt):
                     raise
             attempt += 1
             time.sleep(self.backoff_s * 2 ** (attempt - 1))
 
+    async def arequest(self, method: str, path: str, body: dict | None, *, key: str | None, idempotent: bool) -> Any:
+        url = self.url_for(key) + path
+        attempt = 0
+        while True:
+            try:
+                return await self._aonce(method, url, body)
+            except EnvUnavailableError as err:
+                if not self._should_retry(err, idempotent, attempt):
+                    raise
+            attempt += 1
+            await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
+
     def _once(self, method: str, url: str, body: dict | None) -> Any:
         try:
             response = self._http.request(method, url, json=body)
-        except httpx.ConnectError as err:
-            raise EnvUnavailableError(f"cannot connect to {url}: {err}", code="connect", url=url) from None
-        except httpx.TimeoutException as err:
-            raise EnvUnavailableError(f"{url} timed out ({type(err).__name__})", code="timeout", url=url) from None
         except httpx.TransportError as err:
-            raise EnvUnavailableError(f"{url}: {type(err).__name__}: {err}", code="transport", url=url) from None
-        if response.status_code >= 400:
-            try:
-                payload = response.json()
-                code, message = payload["error"]["code"], payload["detail"]
-            except (ValueError, KeyError, TypeError):
-                code, message = "http", one_line(response.text[:300] or response.reason_phrase)
-            raise _error_for(response.status_code, code, f"{response.status_code} from {url}: {message}", url)
-        if response.headers.get("content-type", "").startswith("application/json"):
-            return response.json()
-        return response.text
+            raise _transport_error(err, url) from None
+        return _decode(response, url)
+
+    async def _aonce(self, method: str, url: str, body: dict | None) -> Any:
+        if self._ahttp is None:
+            self._ahttp = httpx.AsyncClient(timeout=self._timeout_s, limits=self._limits)
+        try:
+            response = await self._ahttp.request(method, url, json=body)
+        except httpx.TransportError as err:
+            raise _transport_error(err, url) from None
+        return _decode(response, url)
 
     def close(self) -> None:
         self._http.close()
+
+    async def aclose(self) -> None:
+        if self._ahttp is not None:
+            await self._ahttp.aclose()
+            self._ahttp = None
+
+
+def _transport_error(err: httpx.TransportError, url: str) -> EnvUnavailableError:
+    if isinstance(err, httpx.ConnectError):
+        return EnvUnavailableError(f"cannot connect to {url}: {err}", code="connect", url=url)
+    if isinstance(err, httpx.TimeoutException):
+        return EnvUnavailableError(f"{url} timed out ({type(err).__name__})", code="timeout", url=url)
+    return EnvUnavailableError(f"{url}: {type(err).__name__}: {err}", code="transport", url=url)
+
+
+def _decode(response: httpx.Response, url: str) -> Any:
+    if response.status_code >= 400:
+        try:
+            payload = response.json()
+            code, message = payload["error"]["code"], payload["detail"]
+        except (ValueError, KeyError, TypeError):
+            code, message = "http", one_line(response.text[:300] or response.reason_phrase)
+        raise _error_for(response.status_code, code, f"{response.status_code} from {url}: {message}", url)
+    if response.headers.get("content-type", "").startswith("application/json"):
+        return response.json()
+    return response.text
 
 
 class _InProcessTransport:
@@ -153,12 +198,30 @@ class _InProcessTransport:
         except OpError as err:
             raise _error_for(err.status, err.code, err.message) from None
 
+    async def arun(self, coro: Coroutine[Any, Any, T]) -> T:
+        try:
+            return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+        except OpError as err:
+            raise _error_for(err.status, err.code, err.message) from None
+
     def close(self) -> None:
         if not self._loop.is_closed():
             self.run(self.service.stop())
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10)
             self._loop.close()
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One typed call, transport-independent: the route, its request and how to read the answer."""
+
+    route: str
+    request: BaseModel
+    response_model: type[BaseModel]
+    key: str | None
+    idempotent: bool
+    convert: Callable[[Any], Any]
 
 
 # --------------------------------------------------------------------------- the client
@@ -195,15 +258,24 @@ class EnvClient:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _v1(self, route: str, request: BaseModel, response_model: type[BaseModel], *, key: str | None,
-            idempotent: bool) -> Any:
-        """One typed call: the same request and response models on both transports."""
+    def _call(self, call: _Call) -> Any:
         if self._local is not None:
-            handler: Callable[[Any], Coroutine[Any, Any, BaseModel]] = getattr(self._local.service, f"v1_{route}")
-            return response_model.model_validate(self._local.run(handler(request)).model_dump(mode="json"))
-        body = request.model_dump(mode="json", exclude_none=True)
-        return response_model.model_validate(
-            self._http.request("POST", f"/v1/{route}", body, key=key, idempotent=idempotent))
+            handler = getattr(self._local.service, f"v1_{call.route}")
+            raw = self._local.run(handler(call.request)).model_dump(mode="json")
+        else:
+            raw = self._http.request("POST", f"/v1/{call.route}", call.request.model_dump(mode="json", exclude_none=True),
+                                     key=call.key, idempotent=call.idempotent)
+        return call.convert(call.response_model.model_validate(raw))
+
+    async def _acall(self, call: _Call) -> Any:
+        if self._local is not None:
+            handler = getattr(self._local.service, f"v1_{call.route}")
+            raw = (await self._local.arun(handler(call.request))).model_dump(mode="json")
+        else:
+            raw = await self._http.arequest("POST", f"/v1/{call.route}",
+                                            call.request.model_dump(mode="json", exclude_none=True),
+                                            key=call.key, idempotent=call.idempotent)
+        return call.convert(call.response_model.model_validate(raw))
 
     @staticmethod
     def _request(model: type[BaseModel], **fields: Any) -> BaseModel:
@@ -212,10 +284,38 @@ class EnvClient:
         except ValidationError as err:
             raise EnvServiceError(f"invalid request: {validation_summary(err)}", status=400, code="bad_request") from None
 
-    # ------------------------------------------------------------------ API
+    def _create_call(self, task_id: str, params: dict | None, instance_id: str | None) -> _Call:
+        instance_id = instance_id or f"inst_{uuid.uuid4().hex}"
+        req = self._request(schemas.CreateRequest, task_id=task_id, params=params or {}, instance_id=instance_id)
+        return _Call("create", req, schemas.CreateResponse, instance_id, False, lambda out: CreateResult(
+            out.instance_id, [m.model_dump(exclude_none=True) for m in out.messages], out.info))
+
+    def _step_call(self, instance_id: str, content: str) -> _Call:
+        req = self._request(schemas.StepRequest, instance_id=instance_id, content=content)
+        return _Call("step", req, schemas.StepResponse, instance_id, False, lambda out: StepResult(
+            out.observation.content, out.terminated, out.reward, out.info))
+
+    def _evaluate_call(self, instance_id: str, sparse: bool) -> _Call:
+        req = self._request(schemas.EvaluateRequest, instance_id=instance_id, sparse=sparse)
+        return _Call("evaluate", req, schemas.EvaluateResponse, instance_id, True,
+                     lambda out: out.score if sparse or out.result is None else out.result)
+
+    def _info_call(self, instance_id: str) -> _Call:
+        req = self._request(schemas.InstanceRequest, instance_id=instance_id)
+        return _Call("info", req, schemas.InfoResponse, instance_id, True, lambda out: out.info)
+
+    def _release_call(self, instance_id: str) -> _Call:
+        req = self._request(schemas.InstanceRequest, instance_id=instance_id)
+        return _Call("release", req, schemas.ReleaseResponse, instance_id, True, lambda out: out.released)
+
+    def _profile_call(self, split: str) -> _Call:
+        req = self._request(schemas.ProfileRequest, split=split)
+        return _Call("profile", req, schemas.ProfileResponse, None, True, lambda out: out.task_ids)
+
+    # ------------------------------------------------------------------ API (sync)
 
     def healthz(self) -> bool:
-        """True when the service answers and at least one worker is up (never raises)."""
+        """True when the service answers and at least one worker is up (never raises, never retries)."""
         if self._local is not None:
             return self._local.service.running and self._local.service.workers_alive() > 0
         try:
@@ -225,47 +325,65 @@ class EnvClient:
 
     def create(self, task_id: str, params: dict | None = None, instance_id: str | None = None) -> CreateResult:
         """Start an episode of ``task_id``; ``params`` are the episode params (EpisodeParams keys)."""
-        instance_id = instance_id or f"inst_{uuid.uuid4().hex}"
-        req = self._request(schemas.CreateRequest, task_id=task_id, params=params or {}, instance_id=instance_id)
-        out = self._v1("create", req, schemas.CreateResponse, key=instance_id, idempotent=False)
-        return CreateResult(out.instance_id, [m.model_dump(exclude_none=True) for m in out.messages], out.info)
+        return self._call(self._create_call(task_id, params, instance_id))
 
     def step(self, instance_id: str, content: str) -> StepResult:
         """Send one assistant message; returns the observation and whether the episode ended."""
-        req = self._request(schemas.StepRequest, instance_id=instance_id, content=content)
-        out = self._v1("step", req, schemas.StepResponse, key=instance_id, idempotent=False)
-        return StepResult(out.observation.content, out.terminated, out.reward, out.info)
+        return self._call(self._step_call(instance_id, content))
 
     def evaluate(self, instance_id: str, sparse: bool = False) -> float | dict:
         """BFCL accuracy (``sparse``) or the full result dict with per-turn tags."""
-        req = self._request(schemas.EvaluateRequest, instance_id=instance_id, sparse=sparse)
-        out = self._v1("evaluate", req, schemas.EvaluateResponse, key=instance_id, idempotent=True)
-        return out.score if sparse or out.result is None else out.result
+        return self._call(self._evaluate_call(instance_id, sparse))
 
     def get_info(self, instance_id: str) -> Any:
-        req = self._request(schemas.InstanceRequest, instance_id=instance_id)
-        return self._v1("info", req, schemas.InfoResponse, key=instance_id, idempotent=True).info
+        """Where the episode stands (turn, offered tools, event counts)."""
+        return self._call(self._info_call(instance_id))
 
     def release(self, instance_id: str) -> bool:
         """Free the instance; False if it was not live (already released, reaped or lost)."""
-        req = self._request(schemas.InstanceRequest, instance_id=instance_id)
-        return self._v1("release", req, schemas.ReleaseResponse, key=instance_id, idempotent=True).released
+        return self._call(self._release_call(instance_id))
 
     def get_env_profile(self, split: str = "train") -> list[str]:
         """Task ids of ``train`` / ``val`` / ``test`` / ``eval``."""
-        req = self._request(schemas.ProfileRequest, split=split)
-        return self._v1("profile", req, schemas.ProfileResponse, key=None, idempotent=True).task_ids
+        return self._call(self._profile_call(split))
 
     def metrics(self) -> dict:
         if self._local is not None:
             return self._local.service.metrics().model_dump(mode="json")
         return self._http.request("GET", "/metrics", None, key=None, idempotent=True)
 
+    # ------------------------------------------------------------------ API (async: same calls, awaitable)
+
+    async def acreate(self, task_id: str, params: dict | None = None, instance_id: str | None = None) -> CreateResult:
+        return await self._acall(self._create_call(task_id, params, instance_id))
+
+    async def astep(self, instance_id: str, content: str) -> StepResult:
+        return await self._acall(self._step_call(instance_id, content))
+
+    async def aevaluate(self, instance_id: str, sparse: bool = False) -> float | dict:
+        return await self._acall(self._evaluate_call(instance_id, sparse))
+
+    async def aget_info(self, instance_id: str) -> Any:
+        return await self._acall(self._info_call(instance_id))
+
+    async def arelease(self, instance_id: str) -> bool:
+        return await self._acall(self._release_call(instance_id))
+
+    async def aget_env_profile(self, split: str = "train") -> list[str]:
+        return await self._acall(self._profile_call(split))
+
+    # ------------------------------------------------------------------ lifecycle
+
     def close(self) -> None:
+        """Close connections (and stop the in-process service). Call :meth:`aclose` first if async was used."""
         if self._local is not None:
             self._local.close()
         if self._http is not None:
             self._http.close()
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
 
     def __enter__(self) -> EnvClient:
         return self

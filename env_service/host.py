@@ -141,12 +141,12 @@ class EpisodeHost:
     def _step(self, instance_id: str, payload: dict) -> tuple[str, bool, float, dict]:
         episode = self._get(instance_id)
         outcome = episode.step(payload["content"])
-        info = dict(outcome.info or {})
-        reward = 0.0
-        if outcome.terminated and not info.get("bfcl_force_zero_reward"):
-            # The release scores a finished episode inside /step (sparse BFCL accuracy).
-            reward = score_of(episode.evaluate(True))
-        return outcome.observation, bool(outcome.terminated), reward, info
+        # The release scores a finished episode inside /step (sparse BFCL accuracy, 0 before the end);
+        # the BFCL episode does it itself (``StepOutcome.reward``), other episodes are asked here.
+        reward = getattr(outcome, "reward", None)
+        if reward is None:
+            reward = score_of(episode.evaluate(True)) if outcome.terminated else 0.0
+        return outcome.observation, bool(outcome.terminated), float(reward), dict(outcome.info or {})
 
     def _evaluate(self, instance_id: str, payload: dict) -> float | dict:
         return self._get(instance_id).evaluate(bool(payload.get("sparse", False)))

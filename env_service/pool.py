@@ -135,7 +135,11 @@ class WorkerPool:
         self._request_timeout_s = request_timeout_s
         self._start_timeout_s = start_timeout_s
         self._on_lost = on_lost
-        self._ctx = mp.get_context("spawn")  # never fork a process that runs an event loop
+        # Never fork the service process itself (it runs an event loop and threads): workers come from
+        # a fork server, a clean process that has imported the environment code once, so starting or
+        # restarting a worker costs a fork instead of a fresh interpreter.
+        self._ctx = mp.get_context("forkserver")
+        self._ctx.set_forkserver_preload(["env_service.host", "env_service.pool", host_factory.partition(":")[0]])
         self._workers: list[_Worker | None] = [None] * workers
         self._generations = [0] * workers
         self._next_id = 0

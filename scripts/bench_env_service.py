@@ -3,8 +3,9 @@
 Each episode is ``create`` -> the oracle's assistant messages (per turn: all ground-truth calls in one
 message, then a plain reply) -> ``evaluate`` (full result) -> ``release``. The floor runs the same
 operations on an :class:`~env_service.host.EpisodeHost` in this process, without HTTP or worker
-processes. The HTTP runs go to ``python -m env_service`` started here as a subprocess, with client
-threads in this process (they share the machine's cores with the service).
+processes. The HTTP runs go to ``python -m env_service`` started here as a subprocess; the clients are
+``concurrency`` asyncio tasks in this process using ``EnvClient``'s async calls (they share the
+machine's cores with the service).
 
     .venv/bin/python scripts/bench_env_service.py                  # 1, 8, 32 clients, 400 episodes each
     .venv/bin/python scripts/bench_env_service.py --episodes 200 --concurrency 1 32 --workers 2
@@ -13,6 +14,7 @@ threads in this process (they share the machine's cores with the service).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import random
 import socket
@@ -20,7 +22,6 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -104,34 +105,39 @@ class RssSampler(threading.Thread):
 
 def run_http(client: EnvClient, plan: list[tuple[str, list[str]]], params: dict, concurrency: int,
              server_pid: int) -> dict:
+    """``concurrency`` asyncio clients (one thread, the client's async API) replaying ``plan``."""
     steps: list[float] = []
-    lock = threading.Lock()
-    passed = [0]
+    passed = 0
 
-    def one(item: tuple[str, list[str]]) -> None:
-        task_id, messages = item
-        local: list[float] = []
-        ep = client.create(task_id, params)
+    async def one(task_id: str, messages: list[str]) -> None:
+        nonlocal passed
+        ep = await client.acreate(task_id, params)
         for content in messages:
             s0 = time.perf_counter()
-            client.step(ep.instance_id, content)
-            local.append(time.perf_counter() - s0)
-        ok = score_of(client.evaluate(ep.instance_id)) == 1.0
-        client.release(ep.instance_id)
-        with lock:
-            steps.extend(local)
-            passed[0] += ok
+            await client.astep(ep.instance_id, content)
+            steps.append(time.perf_counter() - s0)
+        passed += score_of(await client.aevaluate(ep.instance_id)) == 1.0
+        await client.arelease(ep.instance_id)
+
+    async def drive() -> None:
+        queue = list(reversed(plan))
+
+        async def lane() -> None:
+            while queue:
+                await one(*queue.pop())
+
+        await asyncio.gather(*(lane() for _ in range(concurrency)))
+        await client.aclose()
 
     sampler = RssSampler(server_pid)
     sampler.start()
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(concurrency) as pool:
-        list(pool.map(one, plan))
+    asyncio.run(drive())
     wall = time.perf_counter() - t0
     sampler.stop()
-    return {"concurrency": concurrency, "episodes": len(plan), "passed": passed[0], "wall_s": wall,
+    return {"concurrency": concurrency, "episodes": len(plan), "passed": passed, "wall_s": wall,
             "eps_per_s": len(plan) / wall, "step_p50_ms": 1e3 * percentile(steps, 0.5),
-            "step_p99_ms": 1e3 * percentile(steps, 0.99),
+            "step_p90_ms": 1e3 * percentile(steps, 0.9), "step_p99_ms": 1e3 * percentile(steps, 0.99),
             "rss_max_mb": max(sampler.samples or [sampler.rss()]) / 2**20}
 
 
@@ -180,7 +186,7 @@ def main() -> None:
             r["ratio_to_floor"] = r["eps_per_s"] / floor["eps_per_s"]
             results.append(r)
             print(f"HTTP c={c:>2}: {r['eps_per_s']:7.1f} episodes/s  ratio {r['ratio_to_floor']:.3f}  "
-                  f"step p50 {r['step_p50_ms']:.2f} ms p99 {r['step_p99_ms']:.2f} ms  "
+                  f"step p50 {r['step_p50_ms']:.2f} p90 {r['step_p90_ms']:.2f} p99 {r['step_p99_ms']:.2f} ms  "
                   f"passed {r['passed']}/{r['episodes']}  service RSS max {r['rss_max_mb']:.0f} MB")
         metrics = client.metrics()
         client.close()

@@ -30,6 +30,8 @@ def add_eval_arguments(ap: argparse.ArgumentParser) -> None:
     src.add_argument("--device", default="cpu", help="--model device: cpu or cuda (default %(default)s)")
     src.add_argument("--dtype", default="auto", help="--model dtype: auto, float32, bfloat16, float16")
     src.add_argument("--batch-size", type=int, default=8, help="--model: max requests per generate")
+    src.add_argument("--batch-tokens", type=int, default=16384,
+                     help="--model: max padded prompt tokens per generate (default %(default)s)")
 
     tasks = ap.add_argument_group("tasks")
     tasks.add_argument("--split", default="val", choices=["train", "val", "test", "eval"])
@@ -70,7 +72,8 @@ def build_policy(args: argparse.Namespace) -> Any:
     if args.model:
         if not Path(args.model).is_dir():
             raise SystemExit(f"seal eval: --model {args.model} is not a directory (a HF checkpoint)")
-        return HFChatPolicy(args.model, device=args.device, dtype=args.dtype, max_batch_size=args.batch_size)
+        return HFChatPolicy(args.model, device=args.device, dtype=args.dtype, max_batch_size=args.batch_size,
+                            max_batch_tokens=args.batch_tokens)
     if not args.served_model:
         raise SystemExit("seal eval: --endpoint needs --served-model NAME")
     return OpenAIChatPolicy(args.endpoint, args.served_model, api_key=os.environ.get(args.api_key_env),
@@ -160,6 +163,25 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Compare a log's verdicts with ``bfcl evaluate``'s score files; exit 1 on any disagreement."""
+    from seal.eval.export import read_bfcl_scores
+    from seal.eval.logs import read_log_file
+    from seal.eval.roundtrip import compare
+    from seal.eval.stats import dedupe_latest
+
+    records = [r for r in dedupe_latest(read_log_file(args.log)) if not r.get("error")]
+    official = read_bfcl_scores(args.root, [r["task_id"] for r in records], model=args.bfcl_model)
+    problems = compare(records, official)
+    n_valid = sum(1 for r in records if r["valid"])
+    n_official = sum(1 for v in official.values() if v[0])
+    print(f"entries: {len(records)}; valid: ours {n_valid}, BFCL {n_official}; "
+          f"agreement on (valid, error_type): {len(records) - len(problems)}/{len(records)}")
+    for line in problems:
+        print("  " + line)
+    return 1 if problems else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="seal", description="SEAL command line")
     ap.add_argument("--log-level", default="INFO")
@@ -172,6 +194,11 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--out", type=Path, required=True, help="BFCL project root to write result/ under")
     ex.add_argument("--bfcl-model", default="gpt-4o-2024-11-20-FC", help="an FC model name BFCL knows")
     ex.set_defaults(func=cmd_export)
+    cmp = sub.add_parser("compare-bfcl", help="compare a log's verdicts with bfcl evaluate's scores")
+    cmp.add_argument("--log", type=Path, required=True, help="the exported <step>.jsonl validation log")
+    cmp.add_argument("--root", type=Path, required=True, help="the BFCL project root holding score/")
+    cmp.add_argument("--bfcl-model", default="gpt-4o-2024-11-20-FC")
+    cmp.set_defaults(func=cmd_compare)
     return ap
 
 

@@ -21,9 +21,9 @@ def _has_cuda() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if _has_cuda():
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if not gpu_items or _has_cuda():  # import torch only when a GPU test was collected
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (marked `gpu`)")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+    for item in gpu_items:
+        item.add_marker(skip)

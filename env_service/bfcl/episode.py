@@ -55,6 +55,10 @@ _MAX_ERROR_MESSAGES = 50
 _MAX_ERROR_CHARS = 300
 
 
+class EpisodeTerminatedError(ValueError):
+    """``step`` on an episode that has already ended (a caller error, hence a ``ValueError``)."""
+
+
 class EpisodeParams(BaseModel):
     """The SEAL-compatible per-episode ``params`` (unknown keys are rejected by name)."""
 
@@ -167,14 +171,25 @@ class BfclEpisode:
         self.params = params if isinstance(params, EpisodeParams) else EpisodeParams.model_validate(params or {})
         self.interface = interface if interface is not None else make_interface(self.params, task.category)
         self._mode = self.params.tool_call_parser
-        self.reset()
+        self._initial_messages = self._start()
+        self._pristine = True
 
     # ----- lifecycle -------------------------------------------------------------------------
     def reset(self) -> list[dict[str, str]]:
-        """Start (or restart) the episode: fresh backends; returns ``[system, first user]``."""
+        """Start (or restart) the episode: fresh backends; returns ``[system, first user]``.
+
+        The constructor already starts the episode; a ``reset()`` before the first ``step`` just
+        returns those messages instead of building the backends twice.
+        """
+        if not self._pristine:
+            self._initial_messages = self._start()
+            self._pristine = True
+        return [dict(m) for m in self._initial_messages]
+
+    def _start(self) -> list[dict[str, str]]:
         t = self.task
         self._executor = Executor(t.involved_classes, t.entry["initial_config"], t.long_context)
-        self.tools = self.interface.transform_tools(t.tools)
+        self.tools = self._initial_tools()
         self.offered = [tool["name"] for tool in self.tools]
         self.model_turns: list[list[list[str]]] = [[]]
         self.turn = 0
@@ -199,10 +214,11 @@ class BfclEpisode:
     def step(self, content: str) -> StepOutcome:
         """Apply one assistant message; returns the next observation."""
         if self.terminated:
-            raise RuntimeError(f"episode of {self.task.id} has terminated ({self.terminated_reason}); "
-                               "create a new one")
+            raise EpisodeTerminatedError(f"episode of {self.task.id} has terminated ({self.terminated_reason}); "
+                                         "create a new one")
         if not isinstance(content, str):
-            raise TypeError(f"assistant content must be a string, got {type(content).__name__}")
+            raise ValueError(f"assistant content must be a string, got {type(content).__name__}")
+        self._pristine = False
         self.events["assistant_messages"] += 1
         p = self.params
         parsed = parse_tool_calls(content, self._mode, strict=p.strict_tool_parser,
@@ -219,6 +235,20 @@ class BfclEpisode:
         if problems:
             return self._reject(problems, n_calls=len(parsed.calls), unavailable=unavailable)
         return self._execute(parsed.calls)
+
+    def _initial_tools(self) -> list[dict[str, Any]]:
+        """The offered tools at turn 0: the interface's transform, skipped when it reports that
+        observation hints are off (its deep copy of ~30 docs is then pure cost; the episode never
+        changes a doc, so the store's read-only dicts can be offered as they are)."""
+        active = getattr(self.interface, "active", None)
+        if isinstance(active, dict) and active.get("observation_lite") is False:
+            return list(self.task.tools)
+        return self.interface.transform_tools(self.task.tools)
+
+    @property
+    def executor(self) -> Executor:
+        """This episode's live backends (read them; driving them directly bypasses the record)."""
+        return self._executor
 
     # ----- step parts ------------------------------------------------------------------------
     def _validate_calls(self, parsed: ParseResult) -> tuple[list[str], int]:
@@ -354,13 +384,12 @@ class BfclEpisode:
             result.update(error_type=FORCE_TERMINATED,
                           error_message="The episode was ended by a parse error (terminate_on_parse_error).")
         result.update(valid=valid, accuracy=1.0 if valid else 0.0)
-        result.update(self._episode_fields())
+        result.update(self._episode_fields(result))
         return result
 
-    def _episode_fields(self) -> dict[str, Any]:
+    def _episode_fields(self, check: dict[str, Any]) -> dict[str, Any]:
         progress_keys = ("per_turn_valid", "irrelevance_per_turn", "passed_turns", "scorable_turns",
                          "passed_irrelevance_turns", "irrelevance_turns", "terminated_early")
-        check = self.check().to_dict()
         return {
             "task_id": self.task.id,
             "test_id": self.task.id,
@@ -376,7 +405,7 @@ class BfclEpisode:
                              "gt_calls": [c.split("(", 1)[0].strip() for c in gt]}
                             for e, gt in zip(self.turn_events, self.task.gt_turns)],
             "error_messages": list(self.error_messages),
-            "model_turns": self.model_turns,
+            "model_turns": [[list(step) for step in turn] for turn in self.model_turns],
             # The release's names for the same figures, for clients written against it.
             "bfcl_progress": check["progress"],
             "bfcl_progress_with_irrelevance": check["progress_with_irrelevance"],

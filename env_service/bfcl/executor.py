@@ -63,7 +63,7 @@ _SHARED_STATE_METHODS: frozenset[tuple[str, str]] = frozenset({
 })
 _SHARED_STATE_LOCK = threading.Lock()
 
-_LITERAL_NODES = (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Load)
+_LITERAL_NODES = (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Load, ast.USub, ast.UAdd)
 
 
 class CallParseError(ValueError):

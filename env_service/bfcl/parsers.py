@@ -163,8 +163,8 @@ def parse_python_list(text: str, *, strict: bool = True) -> ParseResult:
             return ParseResult(content=text.strip())  # a bracketed remark, not a call list
         return ParseResult(content=text.strip(), errors=[f"Invalid Python tool-call list: {e}"])
     nodes = tree.elts if isinstance(tree, ast.List) else [tree]
-    if isinstance(tree, ast.List) and not any(isinstance(n, ast.Call) for n in nodes):
-        return ParseResult(content=text.strip())
+    if isinstance(tree, ast.List) and not any(isinstance(n, ast.Call) for n in ast.walk(tree)):
+        return ParseResult(content=text.strip())  # e.g. "[1, 2]": no call anywhere, plain text
     calls: list[ToolCall] = []
     errors: list[str] = []
     for node in nodes:

@@ -11,6 +11,8 @@ followed by the Python language hint):
 * ``" Note that the provided function is in Python 3 syntax."`` is appended to the description
   of every doc in the initial list. BFCL moves the held-out docs aside *before* adding the note,
   so the revealed docs carry no note; we keep that.
+* ``excluded_function`` (18 file-system entries per category) is ignored, as BFCL's code
+  ignores it: those functions stay offered and executable, which is what BFCL scores.
 
 The retired ``multi_turn_composite`` set (200 tasks, ``data/unused_datasets``) is an optional
 extra: ``TaskStore.load(include_composite=True)``.

@@ -63,7 +63,7 @@ class BudgetConfig:
     min_scale: float = 0.5
     max_scale: float = 2.0
     strength: float = 1.0
-    normalize_mean: bool = True
+    normalize_mean: bool = False
     target_mean: float = 1.0
 
     def __post_init__(self) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from seal.diagnosis.labels import TurnEvents, paper_label, paper_labels
+from seal.diagnosis.labels import TurnEvents, labels_from_result, paper_label, paper_labels
 from seal.diagnosis.state import (
     STATE_VERSION,
     CapabilityState,
@@ -31,6 +31,7 @@ __all__ = [
     "TurnEvents",
     "dominant_tag",
     "extract_error_messages",
+    "labels_from_result",
     "paper_label",
     "paper_labels",
     "tag_turn",

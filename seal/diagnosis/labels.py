@@ -24,8 +24,9 @@ the capability state, guidelines) uses the tags themselves, as the release does.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from seal.types import TAG_TO_PAPER_LABEL, FailureTag, PaperLabel
 
@@ -47,6 +48,17 @@ class TurnEvents:
     tool_errors: int = 0
     model_calls: tuple[str, ...] | None = None
     gt_calls: tuple[str, ...] | None = None
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> TurnEvents:
+        """From one entry of the environment's ``turn_events`` list (extra keys are ignored)."""
+        calls = {k: (tuple(data[k]) if data.get(k) is not None else None) for k in ("model_calls", "gt_calls")}
+        return cls(
+            parse_errors=int(data.get("parse_errors", 0)),
+            unavailable_tools=int(data.get("unavailable_tools", 0)),
+            tool_errors=int(data.get("tool_errors", 0)),
+            **calls,
+        )
 
 
 def paper_label(tag: str, events: TurnEvents | None = None) -> PaperLabel:
@@ -76,3 +88,12 @@ def paper_labels(tags: Sequence[str], events: Sequence[TurnEvents | None] | None
         raise ValueError(f"got events for {len(events)} turns but tags for only {len(tags)}")
     events += [None] * (len(tags) - len(events))
     return [paper_label(t, e) for t, e in zip(tags, events)]
+
+
+def labels_from_result(result: Mapping[str, Any]) -> list[PaperLabel]:
+    """Paper labels from the environment's full ``/evaluate`` result: its ``failure_tags`` and,
+    when present, its per-turn ``turn_events``."""
+    if "failure_tags" not in result:
+        raise KeyError(f"the evaluate result has no 'failure_tags'; got keys {sorted(result)}")
+    events = [TurnEvents.from_mapping(e) for e in result.get("turn_events") or []]
+    return paper_labels(result["failure_tags"], events)

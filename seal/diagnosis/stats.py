@@ -28,6 +28,8 @@ class DiagnosisConfig:
     """Capability-state bookkeeping settings (``seal.diagnosis``)."""
 
     enable: bool = True
+    state_dir: str | None = None  # None: experiments/<name>/diagnostic_state (the trainer decides)
+    stats_dir: str | None = None  # None: experiments/<name>/diagnostic_stats
     save_every_n_steps: int = 0  # 0: save at epoch ends and with every checkpoint only
     metric_prefix: str = "seal/diagnosis"
     top_errors: int = 20

@@ -69,9 +69,11 @@ class EvalSettings:
 
 
 def _unpack_create(created: Any) -> tuple[str, list[dict[str, Any]]]:
-    """``(instance_id, messages)`` from a client ``create`` result (2- or 3-tuple)."""
+    """``(instance_id, messages)`` from a client ``create`` result (a CreateResult or a tuple)."""
+    if hasattr(created, "instance_id") and hasattr(created, "messages"):
+        return str(created.instance_id), [dict(m) for m in created.messages]
     if not isinstance(created, tuple) or len(created) < 2:
-        raise TypeError(f"EnvClient.create returned {type(created).__name__}; expected a tuple")
+        raise TypeError(f"EnvClient.create returned {type(created).__name__}; expected a CreateResult")
     return str(created[0]), [dict(m) for m in created[1]]
 
 
@@ -114,8 +116,10 @@ def _interpret_evaluation(result: Any) -> dict[str, Any]:
         "tags": [str(t) for t in (check.get("tags") or check.get("failure_tags") or [])],
         "model_turns": result.get("model_turns", check.get("model_turns")),
     }
-    extra = {k: check[k] for k in ("passed_turns", "scorable_turns", "progress", "failed_turn")
+    extra = {k: check[k] for k in ("passed_turns", "scorable_turns", "progress", "failed_turn", "events")
              if k in check}
+    if "terminated_reason" in result:  # the environment's own reason, next to the runner's
+        extra["env_terminated_reason"] = result["terminated_reason"]
     out["extra"] = extra
     return out
 
@@ -155,6 +159,8 @@ def run_episode(
         if instance_id is not None:
             _release(client, instance_id)
     record.elapsed_s = round(time.monotonic() - t0, 3)
+    logger.info("%s: score %.1f, %d LLM calls, %s, %.1fs%s", task_id, record.score, record.num_llm_calls,
+                record.terminated_reason, record.elapsed_s, f", error: {record.error}" if record.error else "")
     return record
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seal.interface.feedback import parse_error_feedback, tool_error_feedback
-from seal.interface.guidelines import render_guidelines
+from seal.interface.guidelines import EPISODE_KEYS, GuidelineConfig, render_guidelines
 from seal.interface.observation import OBSERVATION_INSTRUCTION, observation_hints
 from seal.types import dataclass_from_mapping
 
@@ -50,7 +50,11 @@ class ToolFeedbackParams:
 
 @dataclass
 class DiagnosticEvolutionParams:
-    """``params.diagnostic_evolution``: guideline lines chosen by the trainer for this episode."""
+    """``params.diagnostic_evolution``: guideline lines chosen by the trainer for this episode.
+
+    The block may also carry :class:`~seal.interface.guidelines.GuidelineConfig` keys (the
+    trainer's selection thresholds); they are checked and ignored here.
+    """
 
     enable: bool = False
     apply_to_validation: bool = False
@@ -155,8 +159,15 @@ def _block(cls: type, params: Mapping[str, Any], key: str) -> Any:
     raw = params.get(key)
     if raw is not None and not isinstance(raw, Mapping) and hasattr(raw, "model_dump"):
         raw = raw.model_dump()  # a pydantic block from the environment's typed params
+    if cls is DiagnosticEvolutionParams and raw is not None:
+        # The trainer's selection settings may travel in the same block (one config tree);
+        # they are validated here and otherwise ignored: the environment only renders lines.
+        GuidelineConfig.from_diagnostic_evolution(raw)
+        raw = {k: v for k, v in raw.items() if k in EPISODE_KEYS}
     block = dataclass_from_mapping(cls, raw, section=f"params.{key}")
     if block.categories is not None:
+        if isinstance(block.categories, str) or not isinstance(block.categories, Sequence):
+            raise ValueError(f"params.{key}.categories must be a list of category names or null")
         block.categories = [str(c) for c in block.categories]
     if isinstance(block, DiagnosticEvolutionParams):
         if isinstance(block.lines, str) or not all(isinstance(x, str) for x in block.lines):

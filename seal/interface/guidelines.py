@@ -15,6 +15,9 @@ from typing import Any
 from seal.diagnosis.state import CapabilityState
 from seal.types import GUIDELINE_EXCLUDED_TAGS, UNKNOWN_TAG, FailureTag, dataclass_from_mapping
 
+# The keys of a ``diagnostic_evolution`` block that the environment reads; every other key of
+# that block is a selection setting of :class:`GuidelineConfig`, used by the trainer.
+EPISODE_KEYS = ("enable", "apply_to_validation", "categories", "lines")
 GUIDELINES_HEADER = "# Behavioral guidelines (env-evolved from recent failures):"
 
 DEFAULT_GUIDELINES: dict[str, str] = {
@@ -46,7 +49,8 @@ class GuidelineConfig:
     """Thresholds of guideline selection (the release's defaults).
 
     ``guidelines`` overrides the default line per tag; an empty string removes a tag's line.
-    ``per_category``: select from each episode's own category's statistics.
+    ``per_category``: select from each episode's own category's statistics (``category_tags``
+    in a ``diagnostic_evolution`` block, the release's name).
     """
 
     min_tag_count: int = 8
@@ -69,6 +73,17 @@ class GuidelineConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> GuidelineConfig:
         return dataclass_from_mapping(cls, data, section="seal.interface.guidelines")
+
+    @classmethod
+    def from_diagnostic_evolution(cls, block: Mapping[str, Any] | None) -> GuidelineConfig:
+        """The selection settings inside a ``diagnostic_evolution`` params block; the block's
+        episode keys (``enable``, ``apply_to_validation``, ``categories``, ``lines``) are skipped."""
+        block = dict(block or {})
+        for key in EPISODE_KEYS:
+            block.pop(key, None)
+        if "category_tags" in block:
+            block["per_category"] = bool(block.pop("category_tags"))
+        return dataclass_from_mapping(cls, block, section="diagnostic_evolution")
 
     def line_for(self, tag: str) -> str:
         return self.guidelines.get(tag, DEFAULT_GUIDELINES.get(tag, ""))

@@ -59,10 +59,10 @@ def scripted_host() -> EpisodeHost:
     return EpisodeHost(ScriptedEpisode)
 
 
-@pytest.fixture(params=[0, 2], ids=["inline", "workers"])
+@pytest.fixture(scope="module", params=[0, 2], ids=["inline", "workers"])
 def http(request: pytest.FixtureRequest):
-    app = create_app(ServiceConfig(workers=request.param, host_factory=SELF, max_instances=3, ttl_s=3600,
-                                   request_timeout_s=3.0))
+    """One service per backend for the whole module (starting workers takes a second); tests use unique ids."""
+    app = create_app(ServiceConfig(workers=request.param, host_factory=SELF))
     with TestClient(app, raise_server_exceptions=False) as tc:
         yield tc
 
@@ -102,6 +102,7 @@ def test_create_generates_an_instance_id(http: TestClient) -> None:
 
 
 def test_v1_routes_are_typed(http: TestClient) -> None:
+    before = http.get("/metrics").json()
     c = http.post("/v1/create", json={"task_id": "t", "instance_id": "v"}).json()
     assert c["protocol_version"] == "1" and c["instance_id"] == "v" and len(c["messages"]) == 2
     s = http.post("/v1/step", json={"instance_id": "v", "content": "done"}).json()
@@ -114,8 +115,10 @@ def test_v1_routes_are_typed(http: TestClient) -> None:
     h = http.get("/v1/healthz").json()
     assert h["status"] == "ok" and h["workers"] == h["workers_alive"] >= 1
     m = http.get("/metrics").json()
-    assert m["created_total"] == 1 and m["released_total"] == 1 and m["steps_total"] == 1
-    assert m["instances_live"] == 0 and m["latency"]["/v1/step"]["count"] == 1
+    for key in ("created_total", "released_total", "steps_total"):
+        assert m[key] == before[key] + 1, key
+    assert m["instances_live"] == before["instances_live"]
+    assert m["latency"]["/v1/step"]["count"] == before["latency"].get("/v1/step", {"count": 0})["count"] + 1
     assert "/v1/step" in http.get("/openapi.json").json()["paths"]
 
 
@@ -159,7 +162,12 @@ def test_episode_exception_is_a_500_without_traceback(http: TestClient) -> None:
     assert http.post("/v1/step", json={"instance_id": "boom", "content": "ok"}).status_code == 200
 
 
-def test_instance_cap_answers_503_and_frees_on_release(http: TestClient) -> None:
+def test_instance_cap_answers_503_and_frees_on_release() -> None:
+    with TestClient(create_app(ServiceConfig(workers=0, host_factory=scripted_host, max_instances=3))) as http:
+        _fill_to_cap(http)
+
+
+def _fill_to_cap(http: TestClient) -> None:
     for i in range(3):
         assert http.post("/v1/create", json={"task_id": "t", "instance_id": f"c{i}"}).status_code == 200
     detail = _assert_one_line_error(http.post("/v1/create", json={"task_id": "t"}), 503, "unavailable")

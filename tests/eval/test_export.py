@@ -16,10 +16,10 @@ from seal.eval.export import (
     call_to_keywords,
     export_records,
     fc_step_to_calls,
-    method_parameters,
     parse_call,
     read_bfcl_scores,
 )
+from seal.eval.roundtrip import PERTURBATIONS, compare, perturb, roundtrip_records
 
 mtc = pytest.importorskip("bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker")
 tasks_mod = pytest.importorskip("env_service.bfcl.tasks")
@@ -46,56 +46,6 @@ def _raw_verdict(model_turns: list, gt: list[list[str]], entry: dict) -> tuple[b
     return bool(out["valid"]), (None if out["valid"] else out["error_type"])
 
 
-def _rebuild(name: str, args: list, kwargs: dict) -> str:
-    parts = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
-    return f"{name}({', '.join(parts)})"
-
-
-def _positional(call: str) -> str:
-    """The call with its keyword arguments passed by position where the signature allows."""
-    name, kwargs = call_to_keywords(call)
-    params = method_parameters().get(name, [])
-    if list(kwargs) != params[: len(kwargs)]:
-        return call
-    return _rebuild(name, list(kwargs.values()), {})
-
-
-def _perturb(gt: list[list[str]], kind: str, rng: random.Random) -> list[list[list[str]]]:
-    turns = [[list(t)] if t else [] for t in gt]
-    nonempty = [i for i, t in enumerate(gt) if t]
-    k = rng.choice(nonempty)
-    calls = turns[k][0]
-    if kind == "drop":
-        calls.pop(rng.randrange(len(calls)))
-    elif kind == "dup":
-        calls.append(rng.choice(calls))
-    elif kind == "swap" and len(calls) > 1:
-        i, j = rng.sample(range(len(calls)), 2)
-        calls[i], calls[j] = calls[j], calls[i]
-    elif kind == "clear":
-        turns[k] = []
-    elif kind == "strarg":
-        for idx, c in enumerate(calls):
-            name, kwargs = call_to_keywords(c)
-            key = next((a for a, v in kwargs.items() if isinstance(v, str)), None)
-            if key:
-                calls[idx] = _rebuild(name, [], {**kwargs, key: kwargs[key] + "_x"})
-                break
-    elif kind == "shift" and k + 1 < len(turns):
-        moved = calls.pop()
-        turns[k + 1] = [[moved]] + turns[k + 1]
-    elif kind == "positional":
-        turns = [[[_positional(c) for c in step] for step in turn] for turn in turns]
-    elif kind == "split" and len(calls) > 1:
-        turns[k] = [calls[:1], calls[1:]]
-    elif kind == "truncate":
-        turns = turns[:-1]
-    return [[s for s in turn if s] for turn in turns]
-
-
-PERTURBATIONS = ("oracle", "drop", "dup", "swap", "clear", "strarg", "shift", "positional", "split", "truncate")
-
-
 @pytest.fixture(scope="module")
 def store():
     return tasks_mod.default_store()
@@ -113,13 +63,13 @@ def test_call_conversion_names_positional_arguments():
 
 @pytest.mark.parametrize("category", CATEGORIES)
 def test_export_agrees_with_bfcl_checker_and_ours(tmp_path, store, category):
-    rng = random.Random(hash(category) % 1000)
+    rng = random.Random(sum(map(ord, category)))
     ids = rng.sample(store.ids(category), len(PERTURBATIONS))
     records, expected = [], {}
     for n, tid in enumerate(ids):
         task = store.get(tid)
-        kind = PERTURBATIONS[n % len(PERTURBATIONS)] if n else "oracle"
-        turns = _perturb(task.gt_turns, kind, rng) if kind != "oracle" else _perturb(task.gt_turns, "none", rng)
+        kind = PERTURBATIONS[n]
+        turns = perturb(task.gt_turns, kind, rng)
         ours = checker_mod.check_episode(turns, task.gt_turns, task.entry)
         raw = _raw_verdict(turns, task.gt_turns, task.entry)
         assert (ours.valid, ours.error_type) == raw, (tid, kind)
@@ -134,6 +84,17 @@ def test_export_agrees_with_bfcl_checker_and_ours(tmp_path, store, category):
         task = store.get(line["id"])
         assert _bfcl_verdict(line["result"], task.gt_turns, task.entry) == expected[line["id"]], line["id"]
     assert any(v[0] for v in expected.values()) and not all(v[0] for v in expected.values())
+
+
+def test_roundtrip_records_and_compare(store):
+    recs = [r.to_json_dict() for r in roundtrip_records(per_category=2, seed=1)]
+    assert len(recs) == 8 and {r["extra"]["perturbation"] for r in recs} == {"oracle", "drop"}
+    assert all(r["valid"] for r in recs if r["extra"]["perturbation"] == "oracle")
+    official = {r["task_id"]: (r["valid"], r["error_type"]) for r in recs}
+    assert compare(recs, official) == []
+    flipped = dict(official, **{recs[0]["task_id"]: (not recs[0]["valid"], "multi_turn:x")})
+    assert len(compare(recs, flipped)) == 1
+    assert compare(recs, {}) and "not scored" in compare(recs, {})[0]
 
 
 def test_read_bfcl_scores(tmp_path):

@@ -33,7 +33,7 @@ SETTINGS = settings(max_examples=60, deadline=None)
 def batches(draw):
     B = draw(st.integers(1, 6))
     T_ = draw(st.integers(1, 5))
-    vals = draw(st.lists(st.floats(-3, 3, allow_nan=False, width=32), min_size=B * T_, max_size=B * T_))
+    vals = draw(st.lists(st.floats(-3, 3, allow_nan=False, allow_subnormal=False, width=32), min_size=B * T_, max_size=B * T_))
     adv = torch.tensor(vals, dtype=torch.float32).reshape(B, T_)
     tags = draw(st.lists(st.one_of(st.none(), tag_lists), min_size=B, max_size=B))
     return adv, tags
@@ -168,10 +168,17 @@ def test_budget_strength_zero_means_all_ones() -> None:
 
 
 @SETTINGS
-@given(batches(), weights_st, st.sampled_from(["all", "positive_advantage", "negative_advantage"]), st.booleans())
-def test_loop_and_vectorised_forms_agree(batch, weights, mode, budget) -> None:
+@given(
+    batches(),
+    weights_st,
+    st.sampled_from(["all", "positive_advantage", "negative_advantage"]),
+    st.booleans(),
+    st.booleans(),
+)
+def test_loop_and_vectorised_forms_agree(batch, weights, mode, budget, normalize) -> None:
     adv, tags = batch
-    cfg = APatchConfig(apply_to=mode, budget={"enable": budget, "strength": 0.7, "target_mean": 1.1})
+    budget_cfg = {"enable": budget, "strength": 0.7, "normalize_mean": normalize, "target_mean": 1.1}
+    cfg = APatchConfig(apply_to=mode, budget=budget_cfg)
     before = adv.clone()
     a, ma = apatch_reweight(adv, tags, cfg=cfg, weights=weights, step=3)
     b, mb = apatch_reweight_reference(adv, tags, cfg=cfg, weights=weights, step=3)

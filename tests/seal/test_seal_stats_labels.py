@@ -10,6 +10,7 @@ from seal.diagnosis import (
     DiagnosisStats,
     TurnEvents,
     extract_error_messages,
+    labels_from_result,
     paper_label,
     paper_labels,
 )
@@ -99,3 +100,18 @@ def test_paper_labels_list() -> None:
         paper_labels(tags, [None] * 4)
     with pytest.raises(ValueError):
         paper_labels(["not_a_tag"])
+
+
+def test_labels_from_an_environment_result() -> None:
+    result = {
+        "failure_tags": ["pass", "state_mismatch", "empty_turn_model_response"],
+        "turn_events": [
+            {"parse_errors": 0, "unavailable_tools": 0, "tool_errors": 0, "model_calls": ["cd"], "gt_calls": ["cd"]},
+            {"parse_errors": 0, "unavailable_tools": 0, "tool_errors": 0, "model_calls": ["mv", "cd"], "gt_calls": ["cd", "mv"]},
+            {"parse_errors": 0, "unavailable_tools": 2, "tool_errors": 0, "model_calls": [], "gt_calls": ["ls"]},
+        ],
+    }
+    assert labels_from_result(result) == [P.NONE, P.ARGUMENT_MISMATCH, P.INVALID_TOOL_CALL]
+    assert labels_from_result({"failure_tags": ["empty_turn_model_response"]}) == [P.MISSING_TOOL_CALL]
+    with pytest.raises(KeyError, match="failure_tags"):
+        labels_from_result({})

@@ -76,3 +76,16 @@ def test_dataclass_from_mapping() -> None:
         dataclass_from_mapping(_Cfg, {"c": 1}, section="s")
     with pytest.raises(TypeError, match="expected a mapping"):
         dataclass_from_mapping(_Cfg, [1], section="s")
+
+
+def test_core_imports_without_torch() -> None:
+    """The environment service imports the core; nothing there may pull in torch."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, seal.types, seal.diagnosis, seal.interface, seal.rewards, seal.advantage;"
+        "from seal.advantage import APatchConfig, update_dynamic_weights;"
+        "assert 'torch' not in sys.modules, 'torch was imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -15,6 +15,7 @@ import random
 import re
 from collections import Counter
 
+import pytest
 from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
 from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
 
@@ -100,6 +101,7 @@ def perturb(kind: str, task, rng: random.Random) -> list[list[list[str]]]:
 KINDS = ("drop", "duplicate", "reorder", "shift", "change_arg", "extra", "positional", "split", "clear_turn")
 
 
+@pytest.mark.slow  # about 15 s of CPU: 4,800 trajectories, each judged twice
 def test_checker_agrees_with_bfcl_on_oracles_and_perturbations(store):
     rng = random.Random(20240917)
     disagreements = []
@@ -116,6 +118,7 @@ def test_checker_agrees_with_bfcl_on_oracles_and_perturbations(store):
                 if (ours.valid, ours.error_type) != theirs:
                     disagreements.append((tid, kind, (ours.valid, ours.error_type), theirs))
     assert disagreements == []
+    assert not [k for k in vars(multi_turn_utils) if k.startswith("diff")]  # BFCL's cache was cleaned
     assert sum(outcomes.values()) == 800 * 6
     # The perturbations must actually exercise failures, not only passes.
     assert sum(n for (kind, valid), n in outcomes.items() if not valid) > 1000

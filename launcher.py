@@ -1,0 +1,172 @@
+"""Run an experiment: ``python launcher.py --conf exp/X.yaml [--with-bfcl] [-- key=value ...]``.
+
+* ``--conf`` names an experiment YAML (composed on verl's config and ``exp/seal_base.yaml``);
+  Hydra overrides follow ``--`` or are given bare (``key=value``).
+* ``--with-bfcl`` starts the BFCL environment service over HTTP when nothing answers at
+  ``env_service.url`` (waits on ``/healthz``; stops it at the end). Without it the local backend
+  embeds the service in-process (``env_service.url`` is set to null) and the verl backend uses
+  the configured URL as is.
+* ``.env`` in the current folder is loaded first (``example.env`` lists every variable).
+* ``experiments/<trainer.experiment_name>/`` receives the resolved ``config.yaml``,
+  ``overrides.txt`` and ``git_commit.txt``, then everything the trainer writes.
+
+A bad config (unknown key, wrong type) fails with one line naming the key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+from urllib.parse import urlparse
+
+REPO_ROOT = Path(__file__).resolve().parent
+
+logger = logging.getLogger("launcher")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(prog="launcher.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--conf", required=True, help="experiment YAML, e.g. exp/quickstart.yaml")
+    parser.add_argument("--with-bfcl", action="store_true",
+                        help="start the HTTP environment service if env_service.url does not answer")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides key=value (after `--` or bare)")
+    args = parser.parse_args(argv)
+    overrides = [o for o in args.overrides if o != "--"]
+    bad = [o for o in overrides if "=" not in o]
+    if bad:
+        parser.error(f"override {bad[0]!r} is not key=value")
+    return args, overrides
+
+
+def git_commit() -> str:
+    """``<sha>`` (plus `` (dirty)`` with uncommitted changes), or ``unknown`` outside a git checkout."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
+                             check=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
+                               capture_output=True, text=True, check=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{sha} (dirty)" if dirty else sha
+
+
+def write_run_files(exp_dir: Path, cfg, overrides: Sequence[str], conf: str) -> None:
+    """The resolved config, the command-line overrides and the code version of this run."""
+    from omegaconf import OmegaConf
+
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    (exp_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True), encoding="utf-8")
+    (exp_dir / "overrides.txt").write_text("".join(f"{o}\n" for o in [f"--conf {conf}", *overrides]),
+                                           encoding="utf-8")
+    (exp_dir / "git_commit.txt").write_text(git_commit() + "\n", encoding="utf-8")
+
+
+def _healthy(url: str) -> bool:
+    from env_service.client import EnvClient
+
+    client = EnvClient(url, timeout_s=2.0, retries=0)
+    try:
+        return client.healthz()
+    finally:
+        client.close()
+
+
+@contextmanager
+def bfcl_service(url: str, *, wait_s: float = 120.0) -> Iterator[None]:
+    """Make sure the HTTP service answers at ``url``: start one (and stop it after) if nothing does."""
+    if _healthy(url):
+        logger.info("environment service already up at %s", url)
+        yield
+        return
+    parsed = urlparse(url)
+    if parsed.hostname not in ("127.0.0.1", "localhost") or parsed.port is None:
+        raise SystemExit(f"error: env_service.url={url}: nothing answers there and --with-bfcl starts "
+                         "a service only on 127.0.0.1/localhost with an explicit port")
+    cmd = [sys.executable, "-m", "env_service", "--host", parsed.hostname, "--port", str(parsed.port)]
+    logger.info("starting the environment service: %s", " ".join(cmd[1:]))
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT)
+    try:
+        deadline = time.monotonic() + wait_s
+        while not _healthy(url):
+            if proc.poll() is not None:
+                raise SystemExit(f"error: the environment service exited with code {proc.returncode}")
+            if time.monotonic() > deadline:
+                raise SystemExit(f"error: the environment service did not answer /healthz at {url} in {wait_s:.0f} s")
+            time.sleep(0.5)
+        logger.info("environment service up at %s (pid %d)", url, proc.pid)
+        yield
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def dispatch(cfg, exp_dir: Path) -> None:
+    """Hand the run to the configured backend."""
+    backend = str(cfg.trainer.backend)
+    if backend == "local":
+        from seal.trainer.local import run_local
+
+        run_local(cfg, exp_dir=exp_dir)
+        return
+    try:
+        from seal.trainer.verl import run_verl
+    except ImportError as exc:
+        raise SystemExit(f"error: trainer.backend=verl needs seal.trainer.verl.run_verl, which is not available "
+                         f"({exc}); install the GPU extras (install.sh --gpu) or use trainer.backend=local") from exc
+    run_verl(cfg, exp_dir=exp_dir)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, overrides = parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from dotenv import load_dotenv
+
+    load_dotenv(Path.cwd() / ".env", override=False)
+    from omegaconf import open_dict
+
+    from seal.config import ConfigError, compose_config, experiment_dir
+    from seal.trainer import RunStopped
+
+    try:
+        cfg = compose_config(args.conf, overrides)
+        exp_dir = experiment_dir(cfg)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    local = str(cfg.trainer.backend) == "local"
+    if local and not args.with_bfcl:
+        with open_dict(cfg):
+            cfg.env_service.url = None
+            cfg.env_service.urls = []
+    write_run_files(exp_dir, cfg, overrides, args.conf)
+    logger.info("experiment folder: %s", exp_dir)
+    try:
+        if args.with_bfcl and not cfg.env_service.urls:
+            with bfcl_service(str(cfg.env_service.url)):
+                dispatch(cfg, exp_dir)
+        else:
+            dispatch(cfg, exp_dir)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except RunStopped as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,405 @@
+"""A batching Hugging Face ``generate`` server behind verl's ``server_manager.generate`` contract.
+
+Concurrent episodes each ``await server.generate(request_id, prompt_ids, sampling_params)``. The
+server collects the requests that arrive close together (a new one within ``batch_wait_ms`` of the
+last, at most ``max_wait_ms`` in all, at most ``max_batch_size``) and generates them as ONE
+left-padded batch in a private thread, so the event loop keeps collecting requests and running the
+other episodes' environment steps meanwhile. Requests are batched only with others that share their
+sampling settings (temperature, top-p, top-k); the batch decodes up to the largest ``max_tokens``
+among them and each answer is cut to its own limit.
+
+Two engines do the batch. With ``prefix_cache_tokens > 0`` (default) the server keeps the
+key/values of recent contexts (:mod:`seal.rollout.kv_cache`): each request computes only the part
+of its context not seen before (in an episode, the last observation), then the rows decode together
+in a loop of the server's own (temperature, top-k, top-p sampling). With ``prefix_cache_tokens=0``
+the batch is one left-padded ``model.generate`` call, which recomputes every context in full.
+
+Semantics, documented because the trainer relies on them:
+
+* **Weights.** ``dtype=None`` (default) generates with the very module object passed in, so a
+  trainer that updates that module in place is always sampled on-policy; ``autocast`` (bf16 by
+  default) runs its matmuls in bf16 while the master weights stay fp32. ``dtype=torch.bfloat16``
+  keeps a private bf16 copy instead (faster on CPU, half the memory of a second fp32 copy); then
+  call :meth:`HFServerManager.update_weights` after every optimizer step. Generation switches the
+  module to eval mode for the call (so gradient checkpointing does not disable the KV cache) and
+  restores its training flag afterwards; do not run the trainer on the shared module concurrently.
+* **Log-probs.** ``log_probs[i]`` is ``log_softmax(logits / T)`` of the sampled token, computed from
+  the model's raw logits before top-k/top-p truncation (``T`` = the request's temperature, 1 when
+  greedy): the same quantity verl's actor computes, so old log-probs match up to numerics.
+* **Randomness.** With ``seed=None`` sampling draws from torch's global RNG. With ``seed=s``, batch
+  number ``k`` of this server samples from a generator seeded ``s + k`` (the ``generate`` engine:
+  ``torch.manual_seed(s + k)`` inside ``fork_rng``), so the global RNG (the trainer's) is untouched
+  and a run is repeatable when the batches are the same.
+* **Cache and weights.** Cached key/values belong to the weights that computed them: call
+  :meth:`HFServerManager.update_weights` (or :meth:`HFServerManager.clear_cache` when the shared
+  module changed in place) after every optimizer step.
+* **Stopping.** A sequence stops at an end-of-message id: the model's ``generation_config``
+  ``eos_token_id`` (``<|im_end|>`` for SmolLM2; the tokenizer's own eos is a different token) plus
+  any ``stop_token_ids`` of the request. ``stop_reason`` is ``"completed"`` (stopped by such an id,
+  which is included in ``token_ids``) or ``"length"`` (hit ``max_tokens``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+from verl.workers.rollout.replica import TokenOutput
+
+from seal.rollout import kv_cache
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_TOKENS = 512
+DEFAULT_PREFIX_CACHE_TOKENS = 65536  # ~1.5 GB of SmolLM2 key/values in bf16, 3 GB in fp32
+
+
+@dataclass(frozen=True)
+class SamplingKey:
+    """The settings a batch must share."""
+
+    temperature: float
+    top_p: float
+    top_k: int
+    stop_ids: tuple[int, ...]
+
+
+def filter_scores(scores: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Top-k then top-p (nucleus) filtering of temperature-scaled scores (B, V); removed = -inf."""
+    if 0 < top_k < scores.shape[-1]:
+        kth = torch.topk(scores, top_k, dim=-1).values[..., -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if top_p < 1.0:
+        ordered, index = scores.sort(dim=-1, descending=True)
+        probs = torch.softmax(ordered, dim=-1)
+        drop = (probs.cumsum(-1) - probs) > top_p  # the mass before this token already exceeds top_p
+        ordered = ordered.masked_fill(drop, float("-inf"))
+        scores = torch.full_like(scores, float("-inf")).scatter(-1, index, ordered)
+    return scores
+
+
+def parse_sampling_params(params: Mapping[str, Any], default_max_tokens: int) -> tuple[SamplingKey, int]:
+    """``(key, max_tokens)`` from verl-style sampling params.
+
+    Recognised: ``temperature`` (0 = greedy), ``top_p``, ``top_k`` (-1 or 0 = off),
+    ``max_tokens`` / ``max_new_tokens``, ``stop_token_ids``. ``logprobs`` and
+    ``repetition_penalty`` = 1 are accepted and ignored (log-probs are always returned).
+    """
+    temperature = float(params.get("temperature", 1.0))
+    top_p = float(params.get("top_p", 1.0))
+    top_k = int(params.get("top_k", -1) or -1)
+    if temperature < 0:
+        raise ValueError(f"sampling temperature must be >= 0, got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"sampling top_p must be in (0, 1], got {top_p}")
+    if float(params.get("repetition_penalty", 1.0)) != 1.0:
+        raise ValueError("repetition_penalty != 1 is not supported by the HF server")
+    max_tokens = params.get("max_tokens", params.get("max_new_tokens", default_max_tokens))
+    if max_tokens is None or int(max_tokens) < 1:
+        raise ValueError(f"sampling max_tokens must be >= 1, got {max_tokens}")
+    stop_ids = tuple(sorted(int(t) for t in params.get("stop_token_ids") or ()))
+    return SamplingKey(temperature, top_p if temperature > 0 else 1.0, top_k if temperature > 0 else -1,
+                       stop_ids), int(max_tokens)
+
+
+class _LogProbRecorder(LogitsProcessor):
+    """Records ``log_softmax(raw_logits / T)`` of each sampled token, step by step.
+
+    HF runs custom processors before its temperature/top-k/top-p warpers, so ``scores`` here are
+    the raw logits (B, V). The token chosen at step t is only visible at step t+1 (as the last
+    column of ``input_ids``), so one (B, V) distribution is kept between calls.
+    """
+
+    def __init__(self, temperature: float) -> None:
+        self.temperature = temperature if temperature > 0 else 1.0
+        self._prev: torch.Tensor | None = None
+        self.steps: list[torch.Tensor] = []  # each (B,)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self._prev is not None:
+            self.steps.append(self._prev.gather(1, input_ids[:, -1:]).squeeze(1))
+        self._prev = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        return scores
+
+    def finish(self, new_tokens: torch.Tensor) -> torch.Tensor:
+        """Log-probs (B, N) of ``new_tokens`` (B, N), the generated part of the sequences."""
+        steps = list(self.steps)
+        if self._prev is not None and new_tokens.shape[1] > len(steps):
+            steps.append(self._prev.gather(1, new_tokens[:, len(steps):len(steps) + 1]).squeeze(1))
+        if not steps:
+            return torch.zeros(new_tokens.shape[0], 0)
+        return torch.stack(steps, dim=1)[:, : new_tokens.shape[1]]
+
+
+@dataclass
+class _Request:
+    request_id: str
+    prompt_ids: list[int]
+    key: SamplingKey
+    max_tokens: int
+    future: asyncio.Future
+    arrived: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class ServerStats:
+    """Counters for benchmarks and logs."""
+
+    batches: int = 0
+    requests: int = 0
+    generated_tokens: int = 0
+    generate_seconds: float = 0.0
+    batch_sizes: list[int] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, float]:
+        n = max(self.batches, 1)
+        return {"batches": self.batches, "requests": self.requests, "generated_tokens": self.generated_tokens,
+                "generate_seconds": round(self.generate_seconds, 3),
+                "mean_batch_size": round(sum(self.batch_sizes) / n, 2),
+                "tokens_per_second": round(self.generated_tokens / max(self.generate_seconds, 1e-9), 2)}
+
+
+class HFServerManager:
+    """verl-compatible ``server_manager`` over one Hugging Face causal LM (see the module docstring).
+
+    Args:
+        model: a ``transformers`` causal LM (shared with the trainer unless ``dtype`` is given).
+        tokenizer: its tokenizer (used for the pad id only).
+        max_batch_size: most requests in one ``generate``.
+        batch_wait_ms: collect more requests while each arrives within this gap of the previous one.
+        max_wait_ms: never hold the first request longer than this before starting a batch.
+        dtype: ``None`` shares ``model``; a dtype keeps a private copy in that dtype.
+        autocast_dtype: autocast dtype for generation on CPU (``None`` = off); ignored when the model
+            already runs in that dtype.
+        seed: see "Randomness" in the module docstring.
+        default_max_tokens: ``max_tokens`` when a request names none.
+        prefix_cache_tokens: positions of key/values kept for reuse (0 = use ``model.generate``).
+    """
+
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, *, max_batch_size: int = 16,
+                 batch_wait_ms: float = 30.0, max_wait_ms: float = 500.0, dtype: torch.dtype | None = None,
+                 autocast_dtype: torch.dtype | None = torch.bfloat16, seed: int | None = None,
+                 default_max_tokens: int = DEFAULT_MAX_TOKENS,
+                 prefix_cache_tokens: int = DEFAULT_PREFIX_CACHE_TOKENS) -> None:
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        if batch_wait_ms < 0 or max_wait_ms < 0:
+            raise ValueError("batch_wait_ms and max_wait_ms must be >= 0")
+        self.model = copy.deepcopy(model).to(dtype) if dtype is not None else model
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        self.batch_wait_s = batch_wait_ms / 1e3
+        self.max_wait_s = max_wait_ms / 1e3
+        self.autocast_dtype = autocast_dtype
+        self.seed = seed
+        self.default_max_tokens = default_max_tokens
+        self.eos_ids = self._eos_ids(model, tokenizer)
+        pad = getattr(tokenizer, "pad_token_id", None)
+        self.pad_id = int(pad) if pad is not None else self.eos_ids[0]
+        self.max_positions = int(getattr(model.config, "max_position_embeddings", 0) or 0) or None
+        self.stats = ServerStats()
+        self.prefix_cache = kv_cache.PrefixStore(prefix_cache_tokens) if prefix_cache_tokens > 0 else None
+        self._pending: list[_Request] = []
+        self._batcher: asyncio.Task | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-generate")
+
+    @staticmethod
+    def _eos_ids(model: torch.nn.Module, tokenizer: Any) -> list[int]:
+        gen = getattr(model, "generation_config", None)
+        eos = getattr(gen, "eos_token_id", None) if gen is not None else None
+        if eos is None:
+            eos = getattr(tokenizer, "eos_token_id", None)
+        if eos is None:
+            raise ValueError("the model's generation_config and the tokenizer define no eos_token_id; "
+                             "set model.generation_config.eos_token_id to the end-of-message token")
+        return [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
+
+    # ------------------------------------------------------------------ public API
+
+    async def generate(self, request_id: str, prompt_ids: Sequence[int], sampling_params: Mapping[str, Any],
+                       **kwargs: Any) -> TokenOutput:
+        """Generate a continuation of ``prompt_ids``; verl's contract (multimodal kwargs must be None)."""
+        extra = [k for k, v in kwargs.items() if v is not None]
+        if extra:
+            raise ValueError(f"HFServerManager is text-only; unsupported generate arguments: {extra}")
+        key, max_tokens = parse_sampling_params(sampling_params, self.default_max_tokens)
+        prompt = [int(t) for t in prompt_ids]
+        if not prompt:
+            raise ValueError("generate needs a non-empty prompt")
+        if self.max_positions is not None:
+            room = self.max_positions - len(prompt)
+            if room < 1:
+                raise ValueError(f"prompt of {len(prompt)} tokens leaves no room in the model's "
+                                 f"{self.max_positions}-token context")
+            max_tokens = min(max_tokens, room)
+        loop = asyncio.get_running_loop()
+        request = _Request(request_id, prompt, key, max_tokens, loop.create_future())
+        self._pending.append(request)
+        if self._batcher is None or self._batcher.done() or self._batcher.get_loop() is not loop:
+            self._batcher = loop.create_task(self._run_batches(), name="hf-batcher")
+        return await request.future
+
+    def update_weights(self, source: torch.nn.Module) -> None:
+        """Copy ``source``'s weights into the server's model (needed only with a private copy)."""
+        if source is not self.model:
+            with torch.no_grad():
+                self.model.load_state_dict(source.state_dict())
+        self.clear_cache()
+
+    def clear_cache(self) -> None:
+        """Forget cached key/values (they were computed by the previous weights)."""
+        if self.prefix_cache is not None:
+            self.prefix_cache.entries.clear()
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+
+    # ------------------------------------------------------------------ batching
+
+    async def _run_batches(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._pending:
+            await self._collect()
+            batch = self._take_batch()
+            try:
+                outputs = await loop.run_in_executor(self._executor, self._generate_batch, batch)
+            except Exception as err:  # every waiter sees the failure; the batcher keeps serving
+                log.warning("generate failed for a batch of %d: %s: %s", len(batch), type(err).__name__, err)
+                for req in batch:
+                    if not req.future.done():
+                        req.future.set_exception(err)
+                continue
+            for req, out in zip(batch, outputs):
+                if not req.future.done():
+                    req.future.set_result(out)
+
+    async def _collect(self) -> None:
+        """Wait while requests keep arriving (each within ``batch_wait_s``), up to the limits."""
+        start = time.monotonic()
+        seen = -1
+        while len(self._pending) < self.max_batch_size and len(self._pending) != seen:
+            if time.monotonic() - start >= self.max_wait_s:
+                break
+            seen = len(self._pending)
+            await asyncio.sleep(self.batch_wait_s)
+
+    def _take_batch(self) -> list[_Request]:
+        key = self._pending[0].key
+        batch = [r for r in self._pending if r.key == key][: self.max_batch_size]
+        taken = {id(r) for r in batch}
+        self._pending = [r for r in self._pending if id(r) not in taken]
+        return batch
+
+    # ------------------------------------------------------------------ the blocking part
+
+    @contextlib.contextmanager
+    def _generation_mode(self, batch_index: int) -> Iterator[None]:
+        was_training = self.model.training
+        self.model.eval()
+        use_autocast = self.autocast_dtype is not None and next(self.model.parameters()).dtype != self.autocast_dtype
+        try:
+            with torch.inference_mode(), torch.autocast("cpu", dtype=self.autocast_dtype or torch.bfloat16,
+                                                        enabled=use_autocast):
+                yield
+        finally:
+            self.model.train(was_training)
+
+    def _generate_batch(self, batch: list[_Request]) -> list[TokenOutput]:
+        """Generate one batch (in the server's thread); returns one output per request."""
+        stop_ids = set(self.eos_ids) | set(batch[0].key.stop_ids)
+        started = time.monotonic()
+        with self._generation_mode(self.stats.batches):
+            if self.prefix_cache is not None:
+                results = self._cached_batch(batch, stop_ids)
+            else:
+                results = self._hf_generate_batch(batch, stop_ids)
+        self.stats.batches += 1
+        self.stats.requests += len(batch)
+        self.stats.batch_sizes.append(len(batch))
+        self.stats.generated_tokens += sum(len(o.token_ids) for o in results)
+        self.stats.generate_seconds += time.monotonic() - started
+        return results
+
+    def _kv_dtype(self) -> torch.dtype:
+        dtype = next(self.model.parameters()).dtype
+        if self.autocast_dtype is not None and dtype != self.autocast_dtype:
+            return self.autocast_dtype
+        return dtype
+
+    def _cached_batch(self, batch: list[_Request], stop_ids: set[int]) -> list[TokenOutput]:
+        """Prefill each request past its longest cached prefix, then decode all rows together."""
+        store = self.prefix_cache
+        shape = kv_cache.KVShape.of(self.model.config, self._kv_dtype())
+        rows, first = [], []
+        for req in batch:
+            tokens = torch.tensor(req.prompt_ids, dtype=torch.long)
+            entry, reuse = store.lookup(tokens)
+            row, logits = kv_cache.prefill(self.model, shape, req.prompt_ids, entry, reuse)
+            store.put(row)  # siblings later in this batch (same task, same prompt) reuse it
+            rows.append(row)
+            first.append(logits)
+        key = batch[0].key
+        generator = None
+        if self.seed is not None:
+            generator = torch.Generator().manual_seed(self.seed + self.stats.batches)
+        temperature = key.temperature if key.temperature > 0 else 1.0
+
+        def choose(logits: torch.Tensor) -> torch.Tensor:
+            if key.temperature <= 0:
+                return logits.argmax(dim=-1)
+            scores = filter_scores(logits / key.temperature, key.top_k, key.top_p)
+            return torch.multinomial(torch.softmax(scores, dim=-1), 1, generator=generator).squeeze(1)
+
+        def logprob_of(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+            return torch.log_softmax(logits / temperature, dim=-1).gather(1, tokens[:, None]).squeeze(1)
+
+        out = kv_cache.decode(self.model, shape, rows, torch.stack(first), [r.max_tokens for r in batch],
+                              choose, logprob_of, stop_ids, self.pad_id)
+        for entry in out.entries:
+            store.put(entry)
+        return [TokenOutput(token_ids=t, log_probs=lp, stop_reason="completed" if done else "length")
+                for t, lp, done in zip(out.tokens, out.logprobs, out.stopped)]
+
+    def _hf_generate_batch(self, batch: list[_Request], stop_ids: set[int]) -> list[TokenOutput]:
+        """Left-pad ``batch`` into (B, L) and run one ``model.generate``."""
+        key = batch[0].key
+        width = max(len(r.prompt_ids) for r in batch)
+        input_ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(batch), width), dtype=torch.long)
+        for i, r in enumerate(batch):
+            input_ids[i, width - len(r.prompt_ids):] = torch.tensor(r.prompt_ids)
+            attention[i, width - len(r.prompt_ids):] = 1
+        sampling = key.temperature > 0
+        config = GenerationConfig(
+            max_new_tokens=max(r.max_tokens for r in batch), do_sample=sampling,
+            temperature=key.temperature if sampling else None, top_p=key.top_p if sampling else None,
+            top_k=(key.top_k if key.top_k > 0 else 0) if sampling else None,
+            eos_token_id=sorted(stop_ids), pad_token_id=self.pad_id, use_cache=True, return_dict_in_generate=True)
+        recorder = _LogProbRecorder(key.temperature)
+        rng = torch.random.fork_rng(devices=[]) if self.seed is not None else contextlib.nullcontext()
+        with rng:
+            if self.seed is not None:
+                torch.manual_seed(self.seed + self.stats.batches)
+            out = self.model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config,
+                                      logits_processor=LogitsProcessorList([recorder]))
+        new_tokens = out.sequences[:, width:]
+        logprobs = recorder.finish(new_tokens)
+        return [self._trim(r, new_tokens[i].tolist(), logprobs[i].tolist(), stop_ids) for i, r in enumerate(batch)]
+
+    @staticmethod
+    def _trim(req: _Request, tokens: list[int], logprobs: list[float], stop_ids: set[int]) -> TokenOutput:
+        """Cut a row at its first stop id (kept) or at the request's own ``max_tokens``."""
+        limit = min(len(tokens), req.max_tokens)
+        for j in range(limit):
+            if tokens[j] in stop_ids:
+                return TokenOutput(token_ids=tokens[: j + 1], log_probs=logprobs[: j + 1], stop_reason="completed")
+        return TokenOutput(token_ids=tokens[:limit], log_probs=logprobs[:limit], stop_reason="length")

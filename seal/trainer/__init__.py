@@ -1,0 +1,10 @@
+"""Trainer backends and the SEAL hooks they share.
+
+``seal.trainer.hooks.SealHooks`` is the backend-agnostic SEAL side of a step;
+``seal.trainer.local.run_local`` and ``seal.trainer.verl.run_verl`` are the two backends.
+Submodules are imported on use: the hooks need no model code, the backends need torch/verl.
+"""
+
+
+class RunStopped(RuntimeError):
+    """A run stopped on purpose with a message for the user (e.g. too many environment faults)."""

@@ -1,0 +1,229 @@
+"""The SEAL side of a training step, shared by the local and the verl backends.
+
+A trainer (either backend) calls, per step:
+
+1. :meth:`SealHooks.env_params` — the per-episode environment parameters (the
+   ``env_service.bfcl`` block, the rollout mode and, when guideline evolution is on, the
+   guideline lines chosen from the capability state);
+2. :meth:`SealHooks.observe` — the step's *training* episodes feed the capability state;
+3. :meth:`SealHooks.reweight` — the dynamic tag-weight update, then the configured
+   reweighter (A-Patch or identity) on the GRPO advantages;
+4. :meth:`SealHooks.step_metrics`, and :meth:`SealHooks.end_epoch` at an epoch boundary.
+
+Checkpoints carry :meth:`state_dict` (or :meth:`save` / :meth:`load` on a folder). A fresh
+run starts with an empty state; only an explicit resume loads one, so a state left in the
+experiment folder by an unrelated earlier run is never picked up silently.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+from seal.advantage import APatchConfig, get_reweighter
+from seal.advantage.apatch import resolve_tag_weights
+from seal.config import ConfigError, to_plain
+from seal.diagnosis.state import CapabilityState
+from seal.diagnosis.stats import DiagnosisConfig, DiagnosisStats
+from seal.interface.guidelines import GuidelineConfig, select_guidelines
+
+logger = logging.getLogger(__name__)
+
+STATE_FILE = "capability_state.json"
+HOOKS_FILE = "seal_hooks.json"
+HOOKS_VERSION = 1
+ROLLOUT_MODES = {True: "sample", False: "validate"}
+
+
+def _guideline_config(evo: Mapping[str, Any]) -> GuidelineConfig:
+    """The selection thresholds of ``env_service.bfcl.diagnostic_evolution``."""
+    return GuidelineConfig(
+        min_tag_count=int(evo.get("min_tag_count", 8)),
+        prevalence_threshold=float(evo.get("prevalence_threshold", 0.10)),
+        reward_threshold=float(evo.get("reward_threshold", 0.6)),
+        max_lines=int(evo.get("max_lines", 3)),
+        per_category=bool(evo.get("category_tags", False)),
+    )
+
+
+def _field(ep: Any, name: str, default: Any = None) -> Any:
+    if isinstance(ep, Mapping):
+        return ep.get(name, default)
+    return getattr(ep, name, default)
+
+
+class SealHooks:
+    """Capability state, guideline selection, A-Patch and diagnosis stats for one run.
+
+    ``seal.enable=false`` makes every hook a no-op: no state, identity advantages, no
+    guidelines (the environment parameters are still returned).
+    """
+
+    def __init__(self, cfg: DictConfig, exp_dir: Path) -> None:
+        self.cfg = cfg
+        self.exp_dir = Path(exp_dir)
+        seal = cfg.seal
+        self.enabled = bool(seal.enable)
+        self.bfcl_params: dict[str, Any] = to_plain(cfg.env_service.bfcl) or {}
+        try:
+            self.apatch_cfg = APatchConfig.from_dict(to_plain(seal.advantage.apatch))
+            self.diag_cfg = DiagnosisConfig(save_every_n_steps=int(seal.diagnosis.save_every_n_steps))
+            self.guide_cfg = _guideline_config(self.bfcl_params.get("diagnostic_evolution") or {})
+            self.reweighter_name = str(seal.advantage.reweighter)
+            self._reweighter = get_reweighter(self.reweighter_name)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"seal: {exc}") from exc
+        self.state_dir = Path(seal.diagnosis.state_dir or self.exp_dir / "diagnostic_state")
+        self.stats_dir = Path(seal.diagnosis.stats_dir or self.exp_dir / "diagnostic_stats")
+        self.state: CapabilityState | None = CapabilityState() if self.enabled else None
+        self.stats = DiagnosisStats(self.state, self.diag_cfg) if self.state is not None else None
+        self.error_counter: Counter[str] = Counter()
+        self._last: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ per episode
+
+    def guidelines_enabled(self, *, train: bool) -> bool:
+        evo = self.bfcl_params.get("diagnostic_evolution") or {}
+        return self.enabled and bool(evo.get("enable")) and (train or bool(evo.get("apply_to_validation")))
+
+    def env_params(self, *, train: bool, category: str | None = None) -> dict[str, Any]:
+        """The per-episode environment parameters (a fresh dict each call).
+
+        ``train`` selects the rollout mode (``sample`` / ``validate``). With guideline evolution
+        on, ``diagnostic_evolution.lines`` holds the lines selected from the capability state
+        (per ``category`` when ``diagnostic_evolution.category_tags`` is set).
+        """
+        params = copy.deepcopy(self.bfcl_params)
+        params["rollout_mode"] = ROLLOUT_MODES[bool(train)]
+        if self.guidelines_enabled(train=train) and self.state is not None:
+            cat = category if self.guide_cfg.per_category else None
+            params["diagnostic_evolution"]["lines"] = select_guidelines(self.state, category=cat, cfg=self.guide_cfg)
+        return params
+
+    # ------------------------------------------------------------------ per step
+
+    def observe(self, episodes: Iterable[Any], *, epoch: int, step: int) -> dict[str, float]:
+        """Feed the step's *training* episodes to the capability state.
+
+        Each episode (a mapping or an object such as :class:`seal.types.EpisodeRecord`) has
+        ``task_id``, ``category``, ``reward``, ``success``, ``tags`` and ``error_messages``;
+        episodes with ``env_fault``, ``llm_fault`` or ``excluded`` set are skipped (they were not
+        played to the end, so their diagnosis says nothing about the policy).
+        """
+        observed = skipped = 0
+        for ep in episodes:
+            if _field(ep, "env_fault") or _field(ep, "llm_fault") or _field(ep, "excluded"):
+                skipped += 1
+                continue
+            observed += 1
+            if self.state is None:
+                continue
+            self.state.observe(
+                str(_field(ep, "category")),
+                str(_field(ep, "task_id")),
+                float(_field(ep, "reward", 0.0)),
+                bool(_field(ep, "success", False)),
+                list(_field(ep, "tags") or []),
+                epoch,
+                step,
+            )
+            self.error_counter.update(_field(ep, "error_messages") or [])
+        n = self.diag_cfg.save_every_n_steps
+        if self.state is not None and n and step % n == 0:
+            self.save_state()
+        return {"seal/observed_episodes": float(observed), "seal/skipped_fault_episodes": float(skipped)}
+
+    def reweight(
+        self, advantages: torch.Tensor, tags: list[list[str] | None], *, step: int
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Update the dynamic tag weights from the state, then apply the configured reweighter.
+
+        Args:
+            advantages: ``(B, T)`` GRPO advantages, masked to assistant tokens.
+            tags: ``B`` per-turn tag lists (``None`` / empty: no diagnosis, scale 1).
+            step: the global training step (A-Patch warm-up).
+
+        Returns:
+            ``(B, T)`` reweighted advantages (a new tensor) and ``seal/...`` metrics.
+        """
+        if not self.enabled:
+            return advantages.clone(), {"seal/apatch/enabled": 0.0}
+        weights = resolve_tag_weights(self.apatch_cfg, step, self.state)
+        out, metrics = self._reweighter(advantages, tags, cfg=self.apatch_cfg, weights=weights, step=step)
+        return out, metrics
+
+    def step_metrics(self) -> dict[str, float]:
+        """Capability-state scalars for the step (``seal/diagnosis/...``)."""
+        if self.stats is None:
+            return {}
+        out = self.stats.metrics()
+        if self.guidelines_enabled(train=True):
+            out["seal/guidelines/num_lines"] = float(len(self.env_params(train=True)["diagnostic_evolution"]["lines"]))
+        return out
+
+    def end_epoch(self, epoch: int, step: int) -> None:
+        """Dump ``diagnostic_stats/epoch_<e>.json``, save the state, *then* reset the window.
+
+        (The release reset first, so the window it saved was always empty.)
+        """
+        if self.state is None or self.stats is None:
+            return
+        self.stats_dir.mkdir(parents=True, exist_ok=True)
+        dump = self.stats.epoch_dump(epoch, step, self.error_counter)
+        path = self.stats_dir / f"epoch_{int(epoch)}.json"
+        path.write_text(json.dumps(dump, indent=2, sort_keys=True), encoding="utf-8")
+        self.save_state()
+        self.state.reset_window()
+        self.error_counter.clear()
+        logger.info("epoch %d ended at step %d: stats in %s", epoch, step, path)
+
+    def save_state(self) -> None:
+        """Write the live state to ``diagnostic_state/capability_state.json`` (atomic)."""
+        if self.state is not None:
+            self.state.save(self.state_dir / STATE_FILE)
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "version": HOOKS_VERSION,
+            "enabled": self.enabled,
+            "capability_state": self.state.to_dict() if self.state is not None else None,
+            "error_counter": dict(self.error_counter),
+        }
+
+    def load_state_dict(self, data: Mapping[str, Any]) -> None:
+        if data.get("version") != HOOKS_VERSION:
+            raise ValueError(f"SEAL hooks state version {data.get('version')!r} is not {HOOKS_VERSION}")
+        saved = data.get("capability_state")
+        if self.enabled and saved is None:
+            raise ValueError("the checkpoint holds no capability state (saved with seal.enable=false); "
+                             "resume with seal.enable=false or start a new run")
+        self.state = CapabilityState.from_dict(saved) if self.enabled else None
+        self.stats = DiagnosisStats(self.state, self.diag_cfg) if self.state is not None else None
+        self.error_counter = Counter(data.get("error_counter") or {})
+
+    def save(self, directory: Path) -> None:
+        """Write the state into ``directory`` (a checkpoint folder): the capability state file
+        (byte-identical to what :meth:`load` restores) plus the epoch's error counter."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        if self.state is not None:
+            self.state.save(directory / STATE_FILE)
+        meta = {"version": HOOKS_VERSION, "enabled": self.enabled, "error_counter": dict(self.error_counter)}
+        (directory / HOOKS_FILE).write_text(json.dumps(meta, sort_keys=True), encoding="utf-8")
+
+    def load(self, directory: Path) -> None:
+        """Restore what :meth:`save` wrote; missing or corrupt files raise (never a silent fresh start)."""
+        directory = Path(directory)
+        meta = json.loads((directory / HOOKS_FILE).read_text(encoding="utf-8"))
+        state = CapabilityState.load(directory / STATE_FILE).to_dict() if self.enabled else None
+        self.load_state_dict({**meta, "capability_state": state})

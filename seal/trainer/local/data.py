@@ -1,0 +1,133 @@
+"""Task selection and the seeded, resumable order in which training tasks are visited."""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from seal.config import REPO_ROOT, ConfigError, to_plain
+from seal.types import category_of
+
+logger = logging.getLogger(__name__)
+
+
+def _files(value: Any) -> list[Path]:
+    files = [value] if isinstance(value, str) else list(to_plain(value) or [])
+    out = []
+    for f in files:
+        p = Path(f)
+        if not p.is_absolute() and not p.exists() and (REPO_ROOT / p).exists():
+            p = REPO_ROOT / p
+        out.append(p)
+    return out
+
+
+def ids_from_parquet(files: Sequence[Path], key: str) -> list[str]:
+    """Task ids of verl-format parquet files (``extra_info.index``), in file order."""
+    import pyarrow.parquet as pq
+
+    ids: list[str] = []
+    for path in files:
+        if not path.is_file():
+            raise ConfigError(f"{key}: {path} not found")
+        rows = pq.read_table(path, columns=["extra_info"]).column("extra_info").to_pylist()
+        ids.extend(str(r["index"]) for r in rows)
+    return ids
+
+
+def select_task_ids(
+    cfg: DictConfig, split: str, *, prompt_tokens: Callable[[str], int] | None = None
+) -> list[str]:
+    """The task ids of ``split`` (``train`` / ``val``) after the ``seal.tasks`` filters.
+
+    Source: ``seal.tasks.<split>_ids`` when set, else the ids in ``data.<split>_files``. Then,
+    in order: ``categories``; ``max_prompt_tokens`` (needs ``prompt_tokens(task_id)``, the
+    rendered initial prompt length); the first ``max_<split>_tasks``.
+    """
+    t = cfg.seal.tasks
+    explicit = t.get(f"{split}_ids")
+    if explicit:
+        ids = [str(i) for i in explicit]
+    else:
+        ids = ids_from_parquet(_files(cfg.data.get(f"{split}_files")), f"data.{split}_files")
+    if t.categories:
+        wanted = set(t.categories)
+        ids = [i for i in ids if category_of(i) in wanted]
+    if t.max_prompt_tokens and prompt_tokens is not None:
+        kept = [i for i in ids if prompt_tokens(i) <= int(t.max_prompt_tokens)]
+        logger.info("%s: %d of %d tasks fit seal.tasks.max_prompt_tokens=%d", split, len(kept), len(ids),
+                    t.max_prompt_tokens)
+        ids = kept
+    limit = t.get(f"max_{split}_tasks")
+    if limit:
+        ids = ids[: int(limit)]
+    if not ids:
+        raise ConfigError(f"seal.tasks: no {split} task left after the filters; relax them or list "
+                          f"seal.tasks.{split}_ids")
+    return ids
+
+
+@dataclass
+class DataPosition:
+    """Where the sampler stands: ``index`` tasks of epoch ``epoch``'s permutation are consumed."""
+
+    epoch: int = 0
+    index: int = 0
+
+
+class TaskSampler:
+    """Fixed-size batches from a per-epoch seeded permutation (verl's ``drop_last``).
+
+    The order depends only on ``(seed, epoch)``, so a resumed run given the saved
+    :class:`DataPosition` visits exactly the tasks an uninterrupted run would.
+    """
+
+    def __init__(self, task_ids: Sequence[str], batch_size: int, *, seed: int, shuffle: bool = True) -> None:
+        if batch_size <= 0:
+            raise ConfigError(f"data.train_batch_size={batch_size}: must be positive")
+        if len(task_ids) < batch_size:
+            raise ConfigError(f"data.train_batch_size={batch_size} exceeds the {len(task_ids)} training tasks; "
+                              "lower it or select more tasks (seal.tasks)")
+        self.task_ids = list(task_ids)
+        self.batch_size = batch_size
+        self.seed = seed
+        self.shuffle = shuffle
+        self.pos = DataPosition()
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return len(self.task_ids) // self.batch_size
+
+    def permutation(self, epoch: int) -> list[str]:
+        ids = list(self.task_ids)
+        if self.shuffle:
+            random.Random(f"{self.seed}:{epoch}").shuffle(ids)
+        return ids
+
+    def next_batch(self) -> tuple[list[str], int, bool]:
+        """``(task_ids, epoch, ends_epoch)`` for the next step; advances the position."""
+        epoch, start = self.pos.epoch, self.pos.index
+        batch = self.permutation(epoch)[start : start + self.batch_size]
+        self.pos.index += self.batch_size
+        ends = self.pos.index + self.batch_size > len(self.task_ids)
+        if ends:
+            self.pos = DataPosition(epoch + 1, 0)
+        return batch, epoch, ends
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.pos.epoch, "index": self.pos.index, "seed": self.seed, "num_tasks": len(self.task_ids)}
+
+    def load_state_dict(self, data: dict[str, int]) -> None:
+        if data.get("seed") != self.seed or data.get("num_tasks") != len(self.task_ids):
+            raise ConfigError(
+                f"resume: the checkpoint's task order (data.seed={data.get('seed')}, {data.get('num_tasks')} tasks) "
+                f"differs from this config's (data.seed={self.seed}, {len(self.task_ids)} tasks); "
+                "resume with the original task settings or start a new run"
+            )
+        self.pos = DataPosition(int(data["epoch"]), int(data["index"]))

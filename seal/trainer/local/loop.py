@@ -1,0 +1,333 @@
+"""The local trainer (``trainer.backend: local``): one process, CPU or one GPU.
+
+:meth:`LocalTrainer.train_step` reads one GRPO step top to bottom; validation, checkpoints,
+metrics and resume hook around it in :meth:`LocalTrainer.fit`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+from seal.config import ConfigError, to_plain
+from seal.rewards import RewardConfig
+from seal.types import category_of
+from seal.trainer import RunStopped
+from seal.trainer.hooks import SealHooks
+from seal.trainer.local import checkpoint as ckpt
+from seal.trainer.local.data import TaskSampler, select_task_ids
+from seal.trainer.local.episodes import Episode, EpisodeJob, episode_from_output, play_all
+from seal.trainer.local.metrics import MetricsLogger
+from seal.trainer.local.policy import LossSettings, frozen_copy, load_policy, resolve_device
+from seal.trainer.local.update import build_batch, drop_lonely, grpo_advantages_verl, policy_update
+from seal.trainer.local.validation import validation_metrics, write_validation_log
+
+logger = logging.getLogger(__name__)
+
+# (cfg, server_manager, tokenizer, env_client) -> an episode runner with verl's AgentLoopBase.run.
+RunnerFactory = Callable[[DictConfig, Any, Any, Any], Any]
+
+
+class EnvFaultError(RunStopped):
+    """Too many of a step's episodes hit environment faults; the run stops."""
+
+
+def default_runner_factory(cfg: DictConfig, server: Any, tokenizer: Any, env_client: Any) -> Any:
+    """The project's episode runner (``seal.rollout.agent_loop.BfclAgentLoop``)."""
+    from seal.rollout.agent_loop import BfclAgentLoop
+
+    return BfclAgentLoop.for_local(cfg, server, tokenizer, env_client=env_client)
+
+
+def make_env_client(cfg: DictConfig) -> Any:
+    """HTTP client for ``env_service.url(s)``, or an in-process service when the URL is null."""
+    from env_service.client import EnvClient
+
+    urls = list(to_plain(cfg.env_service.urls) or [])
+    url = cfg.env_service.url
+    if not urls and url is None:
+        logger.info("environment service: in-process")
+        return EnvClient.in_process()
+    target = urls or str(url)
+    logger.info("environment service: %s", target)
+    return EnvClient(target, timeout_s=float(cfg.env_service.timeout_s), retries=0)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+class LocalTrainer:
+    """GRPO with the SEAL loop in one process. See :meth:`train_step` for one step."""
+
+    def __init__(self, cfg: DictConfig, exp_dir: Path, *, runner_factory: RunnerFactory | None = None,
+                 env_client: Any | None = None, model: Any | None = None, tokenizer: Any | None = None) -> None:
+        self.cfg, self.exp_dir = cfg, Path(exp_dir)
+        self.local = cfg.seal.local
+        self.actor = cfg.actor_rollout_ref.actor
+        self.rollout_cfg = cfg.actor_rollout_ref.rollout
+        self.device = resolve_device(str(self.local.device))
+        seed_everything(int(cfg.data.seed))
+        if model is None:
+            model, tokenizer = load_policy(cfg, self.device)
+        self.model, self.tokenizer = model.to(self.device), tokenizer
+        if cfg.actor_rollout_ref.model.get("enable_gradient_checkpointing"):
+            # Non-reentrant checkpointing: the reentrant form drops the gradients when the inputs
+            # (token ids) do not require grad.
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.loss_settings = LossSettings.from_cfg(self.actor)
+        self.ref_model = frozen_copy(self.model) if self.loss_settings.use_kl_loss else None
+        self.optimizer = self._make_optimizer()
+        self.hooks = SealHooks(cfg, self.exp_dir)
+        self.reward_cfg = RewardConfig.from_dict(to_plain(cfg.seal.reward))
+        self.env = env_client if env_client is not None else make_env_client(cfg)
+        self._own_env = env_client is None
+        self.server = self._make_server()
+        # One event loop for the whole run: the runner and the generation server bind to it.
+        self.loop = asyncio.new_event_loop()
+        self.runner = self.loop.run_until_complete(self._build_runner(runner_factory or default_runner_factory))
+        self.train_ids = select_task_ids(cfg, "train", prompt_tokens=self.prompt_tokens)
+        self.val_ids = select_task_ids(cfg, "val", prompt_tokens=self.prompt_tokens)
+        self.sampler = TaskSampler(self.train_ids, int(cfg.data.train_batch_size), seed=int(cfg.data.seed),
+                                   shuffle=bool(cfg.data.get("shuffle", True)))
+        self.total_steps = self._total_steps()
+        self.global_step = 0
+        self.last_metrics: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ setup helpers
+
+    def _make_optimizer(self) -> torch.optim.Optimizer:
+        o = self.actor.optim
+        if str(o.get("optimizer", "AdamW")) != "AdamW":
+            raise ConfigError(f"actor_rollout_ref.actor.optim.optimizer={o.optimizer}: the local trainer uses AdamW")
+        return torch.optim.AdamW(self.model.parameters(), lr=float(o.lr), betas=tuple(float(b) for b in o.betas),
+                                 weight_decay=float(o.weight_decay))
+
+    def _make_server(self) -> Any:
+        from seal.rollout.hf_server import HFServerManager
+
+        autocast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(str(self.local.autocast))
+        return HFServerManager(self.model, self.tokenizer, max_batch_size=int(self.local.generation_batch_size),
+                               autocast_dtype=autocast)
+
+    async def _build_runner(self, factory: RunnerFactory) -> Any:
+        return factory(self.cfg, self.server, self.tokenizer, self.env)
+
+    def _total_steps(self) -> int:
+        total = self.cfg.trainer.get("total_training_steps")
+        if total:
+            return int(total)
+        return int(self.cfg.trainer.total_epochs) * self.sampler.steps_per_epoch
+
+    def prompt_tokens(self, task_id: str) -> int:
+        """Tokens of a task's rendered initial prompt (``[system, user]``, chat template applied)."""
+        created = self.env.create(task_id, self.hooks.env_params(train=False))
+        try:
+            ids = self.tokenizer.apply_chat_template(
+                [{"role": m["role"], "content": m["content"]} for m in created.messages],
+                tokenize=True, add_generation_prompt=True)
+        finally:
+            self.env.release(created.instance_id)
+        return len(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+
+    def sampling_params(self, *, train: bool) -> dict[str, Any]:
+        """Per-call sampling settings: the rollout's for training, ``val_kwargs`` (greedy) for validation."""
+        src = self.rollout_cfg if train else self.rollout_cfg.val_kwargs
+        temperature = float(src.temperature)
+        greedy = not train and not bool(src.get("do_sample", False))
+        # The per-call token budget is the runner's (seal.rollout.max_tokens_per_call).
+        return {"temperature": 0.0 if greedy else temperature, "top_p": float(src.top_p),
+                "top_k": int(src.get("top_k", -1))}
+
+    # ------------------------------------------------------------------ rollouts
+
+    def play(self, jobs: Sequence[EpisodeJob], *, train: bool, epoch: int, desc: str) -> list[Episode]:
+        """Play ``jobs`` concurrently through the episode runner (a progress bar per call)."""
+        total_epochs = int(self.cfg.trainer.total_epochs)
+
+        def to_episode(job: EpisodeJob, out: Any, attempts: int) -> Episode:
+            return episode_from_output(job, out, self.reward_cfg, epoch=epoch, total_epochs=total_epochs,
+                                       attempts=attempts)
+
+        coro = play_all(
+            self.runner, jobs, self.sampling_params(train=train),
+            lambda job: self.hooks.env_params(train=train, category=category_of(job.task_id)),
+            retries=0,  # the runner itself retries an episode seal.rollout.env_retries times
+            to_episode=to_episode, max_concurrency=int(self.local.max_concurrent_episodes), desc=desc,
+            show_progress=bool(self.local.progress_bars), extra_info={"epoch": epoch},
+        )
+        return self.loop.run_until_complete(coro)
+
+    def check_faults(self, episodes: Sequence[Episode], step: int) -> dict[str, float]:
+        """Count faulted episodes; stop the run when more than ``seal.local.max_fault_fraction`` fault."""
+        env = sum(e.env_fault for e in episodes)
+        llm = sum(e.llm_fault for e in episodes)
+        frac = (env + llm) / max(len(episodes), 1)
+        for e in episodes:
+            if e.env_fault or e.llm_fault:
+                logger.warning("step %d: %s#%d excluded (%s fault: %s)", step, e.task_id, e.sample,
+                               "environment" if e.env_fault else "LLM", e.fault_reason)
+        limit = float(self.local.max_fault_fraction)
+        if frac > limit:
+            raise EnvFaultError(
+                f"step {step}: {env + llm} of {len(episodes)} episodes faulted ({env} environment, {llm} LLM), "
+                f"more than seal.local.max_fault_fraction={limit}; is the environment service up "
+                f"({self.cfg.env_service.url})? The last checkpoint is intact; fix the service and resume.")
+        return {"train/env_faults": float(env), "train/llm_faults": float(llm)}
+
+    # ------------------------------------------------------------------ one step
+
+    def train_step(self) -> dict[str, float]:
+        """One GRPO step with the SEAL loop, top to bottom."""
+        t0 = time.time()
+        step = self.global_step + 1
+        n = int(self.rollout_cfg.n)
+        # 1. Tasks for this step, from the seeded per-epoch permutation.
+        task_ids, epoch, ends_epoch = self.sampler.next_batch()
+        # 2. n sampled episodes per task, training interface on (hints, feedback, guidelines).
+        jobs = [EpisodeJob(t, uid=f"{step}:{t}", sample=k) for t in task_ids for k in range(n)]
+        episodes = self.play(jobs, train=True, epoch=epoch, desc=f"rollout step {step}")
+        metrics = self.check_faults(episodes, step)
+        t_rollout = time.time() - t0
+        # 3. The capability state observes the training episodes (faulted ones are skipped).
+        metrics.update(self.hooks.observe([vars(e) for e in episodes], epoch=epoch, step=step))
+        metrics.update(_episode_metrics(episodes))
+        # 4. GRPO advantages over the trainable episodes (verl's core_algos).
+        kept = drop_lonely([e for e in episodes if e.trainable], n)
+        if kept:
+            batch = build_batch(kept)
+            adv = grpo_advantages_verl(batch, norm_by_std=bool(self.cfg.algorithm.norm_adv_by_std_in_grpo))
+            # 5. A-Patch: dynamic tag weights from the state, then per-episode scales.
+            adv, apatch_metrics = self.hooks.reweight(adv, [e.tags for e in kept], step=step)
+            metrics.update(apatch_metrics)
+            # 6. PPO-clip + low_var_kl update, grad clip, AdamW.
+            metrics.update(policy_update(
+                self.model, self.ref_model, self.optimizer, batch, adv, self.loss_settings,
+                device=self.device, autocast=str(self.local.autocast),
+                mini_batch_rows=int(self.actor.ppo_mini_batch_size) * n, ppo_epochs=int(self.actor.ppo_epochs),
+                grad_clip=float(self.actor.grad_clip)))
+        else:
+            logger.warning("step %d: no trainable episode; no update", step)
+        metrics["train/trained_episodes"] = float(len(kept))
+        # 7. Bookkeeping: the step counter, the epoch boundary, SEAL's state metrics.
+        self.global_step = step
+        if ends_epoch:
+            self.hooks.end_epoch(epoch, step)
+        metrics.update(self.hooks.step_metrics())
+        metrics.update({"train/epoch": float(epoch), "timing/rollout_s": t_rollout,
+                        "timing/step_s": time.time() - t0})
+        return metrics
+
+    # ------------------------------------------------------------------ validation
+
+    def validate(self, step: int) -> dict[str, float]:
+        """Greedy, one episode per validation task, untouched interface; writes the step's log."""
+        jobs = [EpisodeJob(t, uid=t, sample=0) for t in self.val_ids]
+        episodes = self.play(jobs, train=False, epoch=self.sampler.pos.epoch, desc=f"validation step {step}")
+        write_validation_log(self.exp_dir / "validation_log", step, episodes, self.sampling_params(train=False),
+                             split="val", tokenizer=self.tokenizer)
+        return validation_metrics(episodes)
+
+    # ------------------------------------------------------------------ checkpoints and the loop
+
+    def trainer_state(self) -> dict[str, Any]:
+        return {"global_step": self.global_step, "data": self.sampler.state_dict()}
+
+    def save(self) -> None:
+        keep = self.cfg.trainer.get("max_actor_ckpt_to_keep")
+        ckpt.save_checkpoint(self.checkpoint_root, self.global_step, model=self.model, optimizer=self.optimizer,
+                             trainer_state=self.trainer_state(), hooks=self.hooks, keep=int(keep) if keep else None)
+
+    @property
+    def checkpoint_root(self) -> Path:
+        return self.exp_dir / "checkpoints"
+
+    def maybe_resume(self) -> bool:
+        """Apply ``trainer.resume_mode`` (verl's: ``auto`` / ``disable`` / ``resume_path``)."""
+        mode = str(self.cfg.trainer.resume_mode)
+        if mode == "disable":
+            if ckpt.latest_checkpoint(self.checkpoint_root) is not None:
+                logger.warning("trainer.resume_mode=disable: starting over; checkpoints in %s will be overwritten",
+                               self.checkpoint_root)
+            return False
+        if mode == "auto":
+            path = ckpt.latest_checkpoint(self.checkpoint_root)
+            if path is None:
+                return False
+        elif mode == "resume_path":
+            if not self.cfg.trainer.resume_from_path:
+                raise ConfigError("trainer.resume_mode=resume_path needs trainer.resume_from_path")
+            path = Path(str(self.cfg.trainer.resume_from_path))
+        else:
+            raise ConfigError(f"trainer.resume_mode={mode}: choose auto, disable or resume_path")
+        state = ckpt.load_checkpoint(path, model=self.model, optimizer=self.optimizer, hooks=self.hooks)
+        self.global_step = int(state["global_step"])
+        self.sampler.load_state_dict(state["data"])
+        logger.info("resumed from %s (step %d, epoch %d, index %d)", path, self.global_step,
+                    self.sampler.pos.epoch, self.sampler.pos.index)
+        return True
+
+    def fit(self) -> None:
+        """Validation before training, the steps, periodic validation and checkpoints."""
+        t = self.cfg.trainer
+        resumed = self.maybe_resume()
+        log = MetricsLogger(self.exp_dir, resume=resumed, tensorboard=bool(self.local.tensorboard))
+        try:
+            if not resumed and t.val_before_train and self.val_ids:
+                log.log(0, self.validate(0))
+            save_freq, test_freq = int(t.save_freq or 0), int(t.test_freq or 0)
+            while self.global_step < self.total_steps:
+                metrics = self.train_step()
+                last = self.global_step == self.total_steps
+                if test_freq > 0 and (self.global_step % test_freq == 0 or last):
+                    metrics.update(self.validate(self.global_step))
+                if (save_freq > 0 and self.global_step % save_freq == 0) or last:
+                    self.save()
+                log.log(self.global_step, metrics)
+                self.last_metrics = metrics
+            if self.hooks.state is not None and self.hooks.state.window["categories"]:
+                self.hooks.save_state()  # a run ending mid-epoch keeps its (non-empty) window
+        finally:
+            log.close()
+
+    def close(self) -> None:
+        self.server.close()
+        self.loop.close()
+        if self._own_env:
+            self.env.close()
+
+
+def _episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
+    done = [e for e in episodes if not e.excluded]
+    if not done:
+        return {"train/episodes": float(len(episodes)), "train/excluded": float(len(episodes))}
+    return {
+        "train/episodes": float(len(episodes)),
+        "train/excluded": float(len(episodes) - len(done)),
+        "train/reward_mean": sum(e.reward for e in done) / len(done),
+        "train/success_rate": sum(e.success for e in done) / len(done),
+        "train/num_llm_calls_mean": sum(e.num_llm_calls for e in done) / len(done),
+        "train/response_length_mean": sum(len(e.response_ids) for e in done) / len(done),
+        "train/tagged_episodes": float(sum(bool(e.tags) for e in done)),
+    }
+
+
+def run_local(cfg: DictConfig, *, exp_dir: Path, runner_factory: RunnerFactory | None = None,
+              env_client: Any | None = None) -> None:
+    """Train with the local backend; outputs go to ``exp_dir`` (contract 6)."""
+    trainer = LocalTrainer(cfg, exp_dir, runner_factory=runner_factory, env_client=env_client)
+    try:
+        trainer.fit()
+    finally:
+        trainer.close()

@@ -1,0 +1,166 @@
+"""The policy on one device: loading, per-token log-probs, and verl's GRPO/PPO loss.
+
+Weights stay fp32 (master weights): with bf16 weights an update at lr 1e-6 rounds away. The
+forward passes run under bf16 autocast on CPU when ``seal.local.autocast=bf16``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from seal.config import REPO_ROOT, ConfigError
+
+logger = logging.getLogger(__name__)
+
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "none": None}
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"seal.local.device={name}: no CUDA device here; use cpu or auto")
+    return torch.device(name)
+
+
+def autocast_context(device: torch.device, mode: str) -> contextlib.AbstractContextManager:
+    """bf16/fp16 autocast on ``device`` (``none``: full precision)."""
+    if mode not in AUTOCAST_DTYPES:
+        raise ConfigError(f"seal.local.autocast={mode!r}: choose one of {list(AUTOCAST_DTYPES)}")
+    dtype = AUTOCAST_DTYPES[mode]
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype)
+
+
+def model_path(cfg: DictConfig) -> str:
+    """``actor_rollout_ref.model.path``; a relative path is tried against the project root too."""
+    path = str(cfg.actor_rollout_ref.model.path)
+    p = Path(path)
+    if not p.is_absolute() and not p.exists() and (REPO_ROOT / p).exists():
+        return str(REPO_ROOT / p)
+    return path
+
+
+def load_policy(cfg: DictConfig, device: torch.device) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` in fp32 on ``device``, offline-friendly (local paths)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = model_path(cfg)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    except OSError as exc:
+        raise ConfigError(f"actor_rollout_ref.model.path={path}: cannot load the model ({exc}); "
+                          "run install.sh or point the key at a local model folder") from exc
+    return model.to(device), tokenizer
+
+
+def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """The reference policy for the KL term: a frozen copy of the initial weights."""
+    ref = copy.deepcopy(model)
+    ref.eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return ref
+
+
+def response_logprobs(
+    model: torch.nn.Module, prompt_ids: Sequence[int], response_ids: Sequence[int], device: torch.device
+) -> torch.Tensor:
+    """Log-probability of each response token given everything before it.
+
+    One unpadded sequence; only the last ``R + 1`` positions go through the LM head, so the
+    ``(R, vocab)`` logits are the only large activation. Returns ``(R,)`` float32.
+    """
+    ids = torch.tensor([list(prompt_ids) + list(response_ids)], dtype=torch.long, device=device)
+    r = len(response_ids)
+    logits = model(input_ids=ids, logits_to_keep=r + 1, use_cache=False).logits[0, :-1].float()
+    targets = ids[0, -r:]
+    return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+@dataclass
+class LossSettings:
+    """The actor's loss knobs (verl's ``actor_rollout_ref.actor`` keys)."""
+
+    clip_ratio: float
+    clip_ratio_low: float | None
+    clip_ratio_high: float | None
+    clip_ratio_c: float
+    loss_agg_mode: str
+    use_kl_loss: bool
+    kl_loss_coef: float
+    kl_loss_type: str
+
+    @classmethod
+    def from_cfg(cls, actor: DictConfig) -> LossSettings:
+        if float(actor.get("entropy_coeff", 0) or 0) != 0:
+            raise ConfigError("actor_rollout_ref.actor.entropy_coeff: the local trainer supports only 0 "
+                              "(the paper's recipe)")
+        name = str(actor.policy_loss.get("loss_mode", "vanilla")) if actor.get("policy_loss") else "vanilla"
+        if name != "vanilla":
+            raise ConfigError(f"actor_rollout_ref.actor.policy_loss.loss_mode={name}: the local trainer "
+                              "implements verl's vanilla PPO clip (+ dual clip) only")
+        return cls(
+            clip_ratio=float(actor.clip_ratio),
+            clip_ratio_low=actor.get("clip_ratio_low"),
+            clip_ratio_high=actor.get("clip_ratio_high"),
+            clip_ratio_c=float(actor.get("clip_ratio_c", 3.0)),
+            loss_agg_mode=str(actor.loss_agg_mode),
+            use_kl_loss=bool(actor.use_kl_loss),
+            kl_loss_coef=float(actor.kl_loss_coef),
+            kl_loss_type=str(actor.kl_loss_type),
+        )
+
+    def verl_config(self, batch_num_tokens: int, global_batch_size: int) -> DictConfig:
+        """The minimal actor config verl's policy loss reads (clip ratios and batch info)."""
+        return OmegaConf.create({
+            "clip_ratio": self.clip_ratio,
+            "clip_ratio_low": self.clip_ratio_low,
+            "clip_ratio_high": self.clip_ratio_high,
+            "clip_ratio_c": self.clip_ratio_c,
+            "global_batch_info": {"dp_size": 1, "batch_num_tokens": batch_num_tokens,
+                                  "global_batch_size": global_batch_size},
+        })
+
+
+def sequence_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    ref_logp: torch.Tensor | None,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    settings: LossSettings,
+    *,
+    batch_num_tokens: int,
+    global_batch_size: int,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """verl's PPO-clip policy loss (+ ``low_var_kl`` to the reference) for one sequence.
+
+    All tensors are ``(1, R)``. The aggregation divides by the whole mini-batch's token count
+    (``batch_num_tokens``), so summing the per-sequence losses gives the mini-batch token-mean.
+    """
+    from verl.trainer.ppo import core_algos
+
+    vcfg = settings.verl_config(batch_num_tokens, global_batch_size)
+    policy_loss = core_algos.get_policy_loss_fn("vanilla")
+    pg_loss, pg_metrics = policy_loss(old_logp, logp, advantages, mask, settings.loss_agg_mode, vcfg)
+    metrics = {k: float(v) for k, v in pg_metrics.items()}
+    metrics["actor/pg_loss"] = float(pg_loss.detach())
+    loss = pg_loss
+    if settings.use_kl_loss and ref_logp is not None:
+        kl = core_algos.kl_penalty(logp, ref_logp, settings.kl_loss_type)
+        kl_loss = core_algos.agg_loss(kl, mask, settings.loss_agg_mode, **vcfg.global_batch_info)
+        loss = loss + settings.kl_loss_coef * kl_loss
+        metrics["actor/kl_loss"] = float(kl_loss.detach())
+    return loss, metrics

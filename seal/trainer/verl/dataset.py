@@ -1,0 +1,85 @@
+"""The task dataset verl's trainer iterates: one small row per BFCL task, never the long prompt.
+
+The parquet files (``data.train_files`` / ``data.val_files``) hold verl's usual five columns, and
+their ``prompt`` column is a 13k–30k-character prompt that SEAL ignores: the environment service
+renders the real prompt from the task id. verl's ``RLHFDataset`` would carry that text through
+every batch and, with ``filter_overlong_prompts``, tokenise it. :class:`BfclTaskDataset` is built
+from task ids only (``extra_info.index`` of the parquet rows, after the ``seal.tasks`` filters —
+the same selection the local backend makes) and yields what the episode runner needs:
+
+* ``task_id`` and ``rollout_mode`` (``sample`` for training, ``validate`` for validation), the
+  keyword arguments of the ``seal_bfcl`` agent loop's ``run``;
+* ``agent_name`` (``seal_bfcl``), which verl's agent-loop worker uses to pick the loop class;
+* ``raw_prompt``, a one-message placeholder holding the task id (verl copies it into the
+  batch; nothing tokenises it), ``data_source`` (the category, which verl's validation groups
+  its ``val-core/<data_source>/...`` metrics by), ``extra_info`` / ``index`` and a dummy tensor
+  (verl's collate needs one tensor per row).
+
+The trainer adds each row's ``env_params`` right before rollout (see ``trainer.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+from torch.utils.data import Dataset
+
+from seal.config import ConfigError
+from seal.types import category_of
+
+logger = logging.getLogger(__name__)
+
+AGENT_NAME = "seal_bfcl"
+ROLLOUT_MODES = ("sample", "validate")
+SPLIT_MODES = {"train": "sample", "val": "validate"}
+
+
+class BfclTaskDataset(Dataset):
+    """One row per task id; see the module docstring for the fields of a row."""
+
+    def __init__(self, task_ids: Sequence[str], *, rollout_mode: str, agent_name: str = AGENT_NAME) -> None:
+        if rollout_mode not in ROLLOUT_MODES:
+            raise ValueError(f"rollout_mode={rollout_mode!r}: choose one of {list(ROLLOUT_MODES)}")
+        if not task_ids:
+            raise ConfigError(f"no {rollout_mode} tasks: check data.*_files and seal.tasks")
+        self.task_ids = [str(t) for t in task_ids]
+        self.categories = [category_of(t) for t in self.task_ids]
+        self.rollout_mode = rollout_mode
+        self.agent_name = agent_name
+
+    @classmethod
+    def from_config(cls, cfg: DictConfig, split: str) -> BfclTaskDataset:
+        """The ``train`` or ``val`` tasks of an experiment config (``data.*_files`` + ``seal.tasks``).
+
+        ``seal.tasks.max_prompt_tokens`` needs the rendered prompts, which only the environment
+        service has; on this backend it is ignored with a warning (drop long tasks with
+        ``seal.tasks.*_ids`` instead).
+        """
+        from seal.trainer.local.data import select_task_ids
+
+        if split not in SPLIT_MODES:
+            raise ValueError(f"split={split!r}: choose one of {list(SPLIT_MODES)}")
+        if cfg.seal.tasks.get("max_prompt_tokens"):
+            logger.warning("seal.tasks.max_prompt_tokens is not applied by the verl backend")
+        return cls(select_task_ids(cfg, split), rollout_mode=SPLIT_MODES[split],
+                   agent_name=str(cfg.actor_rollout_ref.rollout.agent.default_agent_loop))
+
+    def __len__(self) -> int:
+        return len(self.task_ids)
+
+    def __getitem__(self, item: int) -> dict[str, Any]:
+        task_id = self.task_ids[item]
+        return {
+            "task_id": task_id,
+            "rollout_mode": self.rollout_mode,
+            "agent_name": self.agent_name,
+            "data_source": self.categories[item],
+            "raw_prompt": [{"role": "user", "content": task_id}],
+            "extra_info": {"index": task_id},
+            "index": task_id,
+            "dummy_tensor": torch.tensor([0], dtype=torch.uint8),
+        }

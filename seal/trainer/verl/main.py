@@ -1,0 +1,166 @@
+"""Run the SEAL recipe on verl: Ray cluster, FSDP actor/ref workers, async vLLM rollout servers.
+
+:func:`run_verl` is what the launcher calls for ``trainer.backend=verl``. It prepares the config
+for a Ray cluster (absolute paths, the project on the workers' ``PYTHONPATH``) and hands over to
+verl's own ``run_ppo``, which starts Ray from ``ray_kwargs.ray_init`` (a local cluster, or the
+cluster at ``ray_kwargs.ray_init.address`` — ``auto``, ``ray://head:10001`` — or the one named by
+Ray's ``RAY_ADDRESS``) and runs :class:`SealTaskRunner` as a Ray actor.
+
+:class:`SealTaskRunner` builds the trainer the way verl's ``main_ppo_v0.TaskRunner`` does, using
+the same inherited helpers (worker roles, resource pools, config validation, tokenizer), with two
+differences: the datasets are :class:`~seal.trainer.verl.dataset.BfclTaskDataset` and the trainer
+is :class:`~seal.trainer.verl.trainer.SealRayPPOTrainer`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import ray
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from seal.config import REPO_ROOT, ConfigError
+from verl.trainer.main_ppo_v0 import BaseTaskRunner
+
+logger = logging.getLogger(__name__)
+
+# Config keys holding filesystem paths that Ray workers resolve against their own working
+# directory; they are made absolute on the driver (relative to where the run was started).
+PATH_KEYS = (
+    "trainer.default_local_dir",
+    "trainer.validation_data_dir",
+    "trainer.rollout_data_dir",
+    "trainer.resume_from_path",
+    "seal.diagnosis.state_dir",
+    "seal.diagnosis.stats_dir",
+)
+FILE_LIST_KEYS = ("data.train_files", "data.val_files")
+AGENT_LOOPS_YAML = Path(__file__).with_name("agent_loops.yaml")
+
+
+def _absolute(value: str, base: Path) -> str:
+    p = Path(os.path.expanduser(value))
+    if p.is_absolute():
+        return str(p)
+    # Project files (data/, exp/) are found relative to the repository when not present here.
+    for root in (base, REPO_ROOT):
+        if (root / p).exists():
+            return str((root / p).resolve())
+    return str((base / p).resolve())
+
+
+def prepare_config(cfg: DictConfig, *, base: Path | None = None) -> DictConfig:
+    """A copy of ``cfg`` ready for Ray workers on any node of a cluster.
+
+    * Paths (data files, checkpoint and log folders, the agent-loop registry) become absolute.
+    * ``actor_rollout_ref.rollout.agent.agent_loop_config_path`` points at this package's
+      ``agent_loops.yaml`` unless set: verl's agent-loop workers read it and import the
+      ``seal_bfcl`` loop class in their own process.
+    * The repository is prepended to the workers' ``PYTHONPATH`` (Ray's runtime env), so the
+      ``seal`` and ``env_service`` packages import on every node that has the project at the
+      same path.
+    """
+    base = Path(base or Path.cwd()).resolve()
+    out = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    with open_dict(out):
+        for key in PATH_KEYS:
+            value = OmegaConf.select(out, key)
+            if isinstance(value, str) and value:
+                OmegaConf.update(out, key, _absolute(value, base), merge=False)
+        for key in FILE_LIST_KEYS:
+            value = OmegaConf.select(out, key)
+            if isinstance(value, str):
+                OmegaConf.update(out, key, _absolute(value, base), merge=False)
+            elif value is not None:
+                OmegaConf.update(out, key, [_absolute(str(v), base) for v in value], merge=False)
+        agent = out.actor_rollout_ref.rollout.agent
+        agent.agent_loop_config_path = _absolute(str(agent.agent_loop_config_path or AGENT_LOOPS_YAML), base)
+        runtime_env = out.ray_kwargs.ray_init.setdefault("runtime_env", {})
+        env_vars = runtime_env.setdefault("env_vars", {})
+        paths = [str(REPO_ROOT), env_vars.get("PYTHONPATH") or os.environ.get("PYTHONPATH", "")]
+        env_vars["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    return out
+
+
+def run_verl(cfg: DictConfig, *, exp_dir: Path) -> None:
+    """Train ``cfg`` with verl on a Ray cluster; SEAL's outputs go to ``exp_dir``.
+
+    Args:
+        cfg: the composed, validated experiment config (``trainer.backend=verl``).
+        exp_dir: ``experiments/<trainer.experiment_name>``; the launcher has already recorded
+            the resolved config, overrides and commit there.
+    """
+    from verl.trainer.main_ppo import run_ppo
+    from verl.utils.device import auto_set_device
+
+    if cfg.trainer.backend != "verl":
+        raise ConfigError(f"trainer.backend={cfg.trainer.backend!r}: run_verl needs trainer.backend=verl")
+    prepared = prepare_config(cfg)
+    auto_set_device(prepared)
+    exp_dir = Path(exp_dir).resolve()
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    logger.info("verl backend: %d node(s) x %d GPU(s), experiment folder %s", prepared.trainer.nnodes,
+                prepared.trainer.n_gpus_per_node, exp_dir)
+    run_ppo(prepared, task_runner_class=_RunnerFactory(str(exp_dir)))
+
+
+class _RunnerFactory:
+    """What verl's ``run_ppo`` expects of its ``task_runner_class`` (``.remote()`` and
+    ``.options(...).remote()``), creating :class:`SealTaskRunner` actors bound to ``exp_dir``."""
+
+    def __init__(self, exp_dir: str, options: dict | None = None) -> None:
+        self.exp_dir = exp_dir
+        self._options = dict(options or {})
+
+    def options(self, **kwargs: object) -> _RunnerFactory:
+        return _RunnerFactory(self.exp_dir, {**self._options, **kwargs})
+
+    def remote(self) -> ray.actor.ActorHandle:
+        actor_cls = SealTaskRunner.options(**self._options) if self._options else SealTaskRunner
+        return actor_cls.remote(self.exp_dir)
+
+
+@ray.remote
+class SealTaskRunner(BaseTaskRunner):
+    """verl's task runner, building :class:`SealRayPPOTrainer` on :class:`BfclTaskDataset` rows."""
+
+    def __init__(self, exp_dir: str) -> None:
+        super().__init__()
+        self.exp_dir = Path(exp_dir)
+
+    def run(self, config: DictConfig) -> None:
+        from verl.trainer.ppo.utils import create_rl_sampler, need_critic, need_reference_policy
+        from verl.utils.config import omega_conf_to_dataclass, validate_config
+        from verl.utils.dataset.rl_dataset import collate_fn
+        from verl.workers.config import HFModelConfig
+
+        from seal.trainer.verl.dataset import BfclTaskDataset
+        from seal.trainer.verl.trainer import SealRayPPOTrainer
+
+        OmegaConf.resolve(config)
+        actor_rollout_cls, ray_worker_group_cls = self.add_actor_rollout_worker(config)
+        self.add_critic_worker(config)
+        self.add_reward_model_resource_pool(config)
+        self.add_teacher_model_resource_pool(config)
+        self.add_ref_policy_worker(config, actor_rollout_cls)
+        validate_config(config=config, use_reference_policy=need_reference_policy(config),
+                        use_critic=need_critic(config))
+        model_config: HFModelConfig = omega_conf_to_dataclass(config.actor_rollout_ref.model)
+        train_dataset = BfclTaskDataset.from_config(config, "train")
+        trainer = SealRayPPOTrainer(
+            config=config,
+            tokenizer=model_config.tokenizer,
+            processor=model_config.processor,
+            role_worker_mapping=self.role_worker_mapping,
+            resource_pool_manager=self.init_resource_pool_mgr(config),
+            ray_worker_group_cls=ray_worker_group_cls,
+            train_dataset=train_dataset,
+            val_dataset=BfclTaskDataset.from_config(config, "val"),
+            collate_fn=collate_fn,
+            train_sampler=create_rl_sampler(config.data, train_dataset),
+            exp_dir=self.exp_dir,
+        )
+        trainer.init_workers()
+        trainer.fit()

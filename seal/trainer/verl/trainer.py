@@ -1,0 +1,183 @@
+"""``SealRayPPOTrainer``: verl's ``RayPPOTrainer`` with SEAL's step logic in one hook.
+
+verl's ``fit()`` is used as is. In verl 0.9.1 a training step runs, in order: rollout through the
+agent loop, reward extraction, old/ref log-probs, ``compute_advantage`` (a module function, so it
+cannot be overridden), the critic update (GRPO has no critic), then ``self._update_actor(batch)``,
+then the periodic ``self._save_checkpoint()``, then logging of the step's metrics. The first
+method of the trainer that sees the GRPO advantages before the policy update is therefore
+``_update_actor``; SEAL overrides it to
+
+a. observe the step's episodes in the capability state,
+b. rescale ``batch.batch["advantages"]`` with A-Patch (after verl's GRPO advantages),
+c. return ``seal/*`` metrics inside the actor output, which ``fit()`` reduces and logs through
+   verl's ``Tracking`` (console, TensorBoard, W&B — whatever ``trainer.logger`` lists).
+
+The diagnosis state travels with verl's checkpoints: ``_save_checkpoint`` / ``_load_checkpoint``
+call verl's own and add a ``seal/`` folder to ``global_step_<n>/``. ``_get_gen_batch`` (called by
+``fit()`` and ``_validate()`` right before rollout) attaches each row's environment parameters —
+the only way per-step interface settings derived from the capability state reach the episode
+runners in the Ray agent-loop workers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig
+
+from seal.config import ConfigError
+from seal.trainer.hooks import SealHooks
+from seal.trainer.verl.batch import episode_rows, exclude_faults, fault_mask
+from verl import DataProto
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+logger = logging.getLogger(__name__)
+
+SEAL_CKPT_DIR = "seal"
+
+
+def check_verl_config(config: DictConfig) -> None:
+    """Reject verl settings under which the SEAL hook would not run every step."""
+    if int(config.trainer.critic_warmup) > 0:
+        raise ConfigError(
+            f"trainer.critic_warmup={config.trainer.critic_warmup}: verl skips the actor update (and with it "
+            "SEAL's observe/A-Patch hook) during critic warm-up; set trainer.critic_warmup=0")
+    if config.trainer.get("use_v1", False):
+        raise ConfigError("trainer.use_v1=true: the SEAL verl backend extends the RayPPOTrainer (v0) loop; "
+                          "set trainer.use_v1=false")
+
+
+class SealRayPPOTrainer(RayPPOTrainer):
+    """verl's PPO trainer plus the SEAL hooks (see the module docstring for which and why).
+
+    Args:
+        config: the composed experiment config (verl's tree plus the SEAL blocks).
+        *args, **kwargs: passed to ``RayPPOTrainer`` unchanged.
+        exp_dir: ``experiments/<experiment_name>`` (absolute), where the capability state and
+            the epoch stats are written.
+    """
+
+    def __init__(self, config: DictConfig, *args: Any, exp_dir: Path, **kwargs: Any) -> None:
+        check_verl_config(config)
+        super().__init__(config, *args, **kwargs)
+        self.seal_hooks = SealHooks(config, Path(exp_dir))
+
+    # ------------------------------------------------------------------ the step hook
+
+    def _update_actor(self, batch: DataProto) -> DataProto:
+        """SEAL's step (observe, A-Patch on ``advantages``), then verl's actor update.
+
+        ``batch`` is ``fit()``'s batch after ``compute_advantage``: ``advantages`` and
+        ``response_mask`` are ``(B, T)``, one row per episode. It is changed in place, so the
+        data metrics ``fit()`` logs afterwards show the advantages the actor trained on.
+        """
+        seal_metrics = self.seal_step(batch)
+        output = super()._update_actor(batch)
+        output.meta_info.setdefault("metrics", {}).update(seal_metrics)
+        return output
+
+    def seal_step(self, batch: DataProto) -> dict[str, float]:
+        """Steps (a) and (b) of the module docstring on ``batch``; returns ``seal/*`` metrics."""
+        step = int(self.global_steps)
+        steps_per_epoch = len(self.train_dataloader)
+        epoch = (step - 1) // steps_per_epoch
+        rows = episode_rows(batch)
+        faults = fault_mask(rows)
+        exclude_faults(batch, faults, adv_estimator=str(self.config.algorithm.adv_estimator),
+                       norm_adv_by_std_in_grpo=bool(self.config.algorithm.get("norm_adv_by_std_in_grpo", True)))
+        metrics = dict(self.seal_hooks.observe(rows, epoch=epoch, step=step))
+        adv = batch.batch["advantages"]
+        tags = [None if f else r["tags"] for r, f in zip(rows, faults.tolist())]
+        new_adv, reweight_metrics = self.seal_hooks.reweight(adv, tags, step=step)
+        batch.batch["advantages"] = new_adv.to(device=adv.device, dtype=adv.dtype)
+        metrics.update(reweight_metrics)
+        metrics.update(_episode_metrics(rows))
+        if step % steps_per_epoch == 0:
+            self.seal_hooks.end_epoch(epoch, step)
+        elif step >= self.total_training_steps:
+            self.seal_hooks.save_state()  # a run ending mid-epoch keeps its (non-empty) window
+        metrics.update(self.seal_hooks.step_metrics())
+        return metrics
+
+    # ------------------------------------------------------------------ rollout inputs
+
+    def _get_gen_batch(self, batch: DataProto) -> DataProto:
+        """verl's generation batch plus what the episode runner reads beyond the task id.
+
+        Each row gets ``env_params`` from :meth:`SealHooks.env_params` for its ``rollout_mode``
+        (``sample`` for training rows, ``validate`` for validation rows) and category; training
+        rows also get the current epoch in ``extra_info["epoch"]`` (the reward's cap decay).
+        """
+        gen_batch = super()._get_gen_batch(batch)
+        ntb = gen_batch.non_tensor_batch
+        if "rollout_mode" not in ntb:
+            return gen_batch
+        categories = ntb.get("data_source", [None] * len(gen_batch))
+        epoch = (int(self.global_steps) - 1) // max(1, len(self.train_dataloader))
+        cache: dict[tuple[str, Any], dict[str, Any]] = {}
+        params = np.empty(len(gen_batch), dtype=object)
+        for i, (mode, cat) in enumerate(zip(ntb["rollout_mode"], categories)):
+            key = (str(mode), cat)
+            if key not in cache:
+                cache[key] = self.seal_hooks.env_params(train=key[0] == "sample", category=cat)
+            params[i] = cache[key]
+            info = ntb.get("extra_info", [None] * len(gen_batch))[i]
+            if key[0] == "sample" and isinstance(info, dict):
+                # The same dict object sits in the training batch, so both stay consistent.
+                info["epoch"] = max(0, epoch)
+        ntb["env_params"] = params
+        return gen_batch
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _step_folder(self, step: int) -> Path:
+        return Path(os.path.abspath(str(self.config.trainer.default_local_dir))) / f"global_step_{step}"
+
+    def _save_checkpoint(self) -> None:
+        """Write the diagnosis state into ``global_step_<n>/seal/``, then verl's checkpoint.
+
+        The state goes first: verl writes ``latest_checkpointed_iteration.txt`` last, so a
+        checkpoint verl can resume from always holds the matching diagnosis state.
+        """
+        self.seal_hooks.save(self._step_folder(self.global_steps) / SEAL_CKPT_DIR)
+        super()._save_checkpoint()
+
+    def _load_checkpoint(self) -> Any:
+        """verl's resume, then the diagnosis state saved with the same checkpoint."""
+        result = super()._load_checkpoint()
+        folder = self._resumed_folder()
+        if folder is not None:
+            seal_dir = folder / SEAL_CKPT_DIR
+            if not seal_dir.is_dir():
+                raise ConfigError(
+                    f"checkpoint {folder} has no {SEAL_CKPT_DIR}/ folder (not written by this trainer); "
+                    "start from scratch with trainer.resume_mode=disable")
+            self.seal_hooks.load(seal_dir)
+            logger.info("restored the SEAL diagnosis state from %s", seal_dir)
+        return result
+
+    def _resumed_folder(self) -> Path | None:
+        """The ``global_step_<n>`` folder verl's ``_load_checkpoint`` resumed from, if any."""
+        mode = str(self.config.trainer.resume_mode)
+        if mode == "disable" or int(getattr(self, "global_steps", 0)) == 0:
+            return None
+        if mode == "resume_path":
+            return Path(os.path.abspath(str(self.config.trainer.resume_from_path)))
+        return self._step_folder(int(self.global_steps))
+
+
+def _episode_metrics(rows: list[Mapping[str, Any]]) -> dict[str, float]:
+    n = len(rows)
+    env = sum(bool(r["env_fault"]) for r in rows)
+    llm = sum(bool(r["llm_fault"]) for r in rows)
+    return {
+        "seal/episodes": float(n),
+        "seal/env_fault_frac": env / n if n else 0.0,
+        "seal/llm_fault_frac": llm / n if n else 0.0,
+        "seal/success_rate": sum(bool(r["success"]) for r in rows) / n if n else 0.0,
+    }

@@ -1,0 +1,40 @@
+"""The ``seal`` console script and ``python -m seal.eval``: argument checks and help."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from seal.cli import build_parser, main, settings_from_args
+
+
+def test_eval_needs_exactly_one_policy_source():
+    with pytest.raises(SystemExit, match="exactly one of --model"):
+        main(["eval", "--tasks", "multi_turn_base_4"])
+    with pytest.raises(SystemExit, match="exactly one of --model"):
+        main(["eval", "--model", "m", "--endpoint", "http://x/v1", "--tasks", "multi_turn_base_4"])
+    with pytest.raises(SystemExit, match="--served-model"):
+        main(["eval", "--endpoint", "http://x/v1", "--tasks", "multi_turn_base_4"])
+    with pytest.raises(SystemExit, match="not a directory"):
+        main(["eval", "--model", "no/such/dir", "--tasks", "multi_turn_base_4"])
+
+
+def test_settings_from_arguments():
+    args = build_parser().parse_args([
+        "eval", "--endpoint", "http://x/v1", "--served-model", "m", "--tasks", "a_1, b_2", "--repeats", "3",
+        "--seed", "7", "--temperature", "0.5", "--max-new-tokens", "64", "--max-llm-calls", "5",
+        "--params", '{"tool_call_parser": "xml_json"}', "--fresh", "--step", "30"])
+    s = settings_from_args(args)
+    assert s.task_ids == ["a_1", "b_2"] and s.repeats == 3 and s.seed == 7 and s.step == 30
+    assert s.sampling.temperature == 0.5 and s.sampling.max_tokens == 64 and s.max_llm_calls == 5
+    assert s.resume is False and s.episode_params() == {"tool_call_parser": "xml_json", "rollout_mode": "validate"}
+    bad = build_parser().parse_args(["eval", "--endpoint", "http://x/v1", "--params", "[1]"])
+    with pytest.raises(SystemExit, match="JSON object"):
+        settings_from_args(bad)
+
+
+def test_python_dash_m_seal_eval_is_the_eval_subcommand():
+    out = subprocess.run([sys.executable, "-m", "seal.eval", "--help"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "usage: seal eval" in out.stdout and "--repeats" in out.stdout

@@ -1,0 +1,209 @@
+"""End to end on CPU: BfclAgentLoop against the real environment (in-process) and a scripted server."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from omegaconf import OmegaConf
+
+from seal.rollout.agent_loop import (
+    AGENT_NAME, CONTEXT_OVERFLOW, LLM_ERROR, MAX_LLM_CALLS, MAX_LLM_CALLS_PER_TURN, BfclAgentLoop,
+)
+from seal.rollout.tokens import ChatFormat, render
+from seal.types import FailureTag
+
+BASE_YAML = Path(__file__).resolve().parents[3] / "exp" / "seal_base.yaml"
+# multi_turn_base_100 (TradingBot): turn 1 get_stock_info(symbol='NVDA'); turn 2 fund_account(amount=2203.4).
+TASK = "multi_turn_base_100"
+CALL_STOCK = '<tool_call>\n{"name": "get_stock_info", "arguments": {"symbol": "NVDA"}}\n</tool_call>'
+CALL_FUND = '<tool_call>\n{"name": "fund_account", "arguments": {"amount": 2203.4}}\n</tool_call>'
+CALL_BAD_SYMBOL = '<tool_call>\n{"name": "get_stock_info", "arguments": {"symbol": "NOPE"}}\n</tool_call>'
+PARSE_ERROR = "<tool_call>\n{not json at all\n</tool_call>"
+SAMPLING = {"temperature": 1.0, "top_p": 1.0}
+
+
+def make_config(**rollout: Any) -> Any:
+    cfg = OmegaConf.load(BASE_YAML)
+    cfg.env_service.url = None
+    for key, value in rollout.items():
+        cfg.seal.rollout[key] = value
+    cfg.actor_rollout_ref = {"rollout": {"prompt_length": 8192, "response_length": 2048, "max_model_len": 8192}}
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def env_client() -> Any:
+    from env_service.client import EnvClient
+
+    client = EnvClient.in_process()
+    yield client
+    client.close()
+
+
+class FlakyClient:
+    """The real client, but ``step`` raises EnvUnavailableError on the listed call numbers (1-based)."""
+
+    def __init__(self, client: Any, failing_steps: set[int]) -> None:
+        self.client, self.failing_steps, self.steps, self.released = client, failing_steps, 0, []
+
+    def create(self, *a: Any) -> Any:
+        return self.client.create(*a)
+
+    def step(self, instance_id: str, content: str) -> Any:
+        from env_service.client import EnvUnavailableError
+
+        self.steps += 1
+        if self.steps in self.failing_steps:
+            raise EnvUnavailableError("connection refused (scripted)", code="connect")
+        return self.client.step(instance_id, content)
+
+    def evaluate(self, *a: Any) -> Any:
+        return self.client.evaluate(*a)
+
+    def release(self, instance_id: str) -> bool:
+        self.released.append(instance_id)
+        return self.client.release(instance_id)
+
+
+def run_episode(cfg: Any, server: Any, tokenizer: Any, client: Any, **row: Any) -> Any:
+    async def go() -> Any:
+        loop = BfclAgentLoop.for_local(cfg, server, tokenizer, env_client=client)
+        return await loop.run(dict(SAMPLING), task_id=TASK, rollout_mode="sample", **row)
+
+    return asyncio.run(go())
+
+
+def check_tokens(out: Any, server: Any, tokenizer: Any) -> None:
+    """Mask = exactly the server's tokens; contexts only grow; decoded text = the template rendering."""
+    masked = [t for t, m in zip(out.response_ids, out.response_mask) if m]
+    assert masked == [t for ids in server.outputs for t in ids]
+    full = out.prompt_ids + out.response_ids
+    for call in server.calls:
+        assert full[: len(call["prompt_ids"])] == call["prompt_ids"]
+    fmt = ChatFormat.from_tokenizer(tokenizer)
+    tail = fmt.close_ids(out.response_ids)
+    assert tokenizer.decode(full + tail) == render(tokenizer, out.extra_fields["messages"], add_generation_prompt=False)
+
+
+def test_registered_under_its_name() -> None:
+    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+
+    assert _agent_loop_registry[AGENT_NAME]["_target_"] == "seal.rollout.agent_loop.BfclAgentLoop"
+
+
+def test_perfect_episode(scripted_server: Any, tokenizer: Any, env_client: Any) -> None:
+    server = scripted_server([CALL_STOCK, "NVDA trades at its listed price.", CALL_FUND, "Done."])
+    out = run_episode(make_config(few_shot=True), server, tokenizer, env_client)
+    e = out.extra_fields
+    assert out.reward_score == 1.0
+    assert e["tags"] == [FailureTag.PASS, FailureTag.PASS] and e["check"]["valid"] is True
+    assert e["terminated_reason"] == "completed" and e["num_llm_calls"] == 4
+    assert not e["env_fault"] and not e["llm_fault"] and not e["excluded"]
+    assert e["task_id"] == TASK and e["category"] == "multi_turn_base"
+    assert out.num_turns == 1 + 4 + 3
+    assert len(out.response_logprobs) == len(out.response_ids) == len(out.response_mask)
+    assert "[Example]" in e["messages"][1]["content"]  # few-shot examples sit after the system prompt
+    assert server.calls[0]["sampling_params"]["temperature"] == 1.0
+    check_tokens(out, server, tokenizer)
+
+
+def test_tool_error_parse_error_and_plain_replies(scripted_server: Any, tokenizer: Any, env_client: Any) -> None:
+    server = scripted_server([CALL_BAD_SYMBOL, PARSE_ERROR, "I could not find it.", "Nothing more."])
+    out = run_episode(make_config(), server, tokenizer, env_client)
+    e = out.extra_fields
+    assert out.reward_score == 0.0 and e["check"]["valid"] is False
+    assert e["tags"] == e["check"]["failure_tags"] and len(e["tags"]) == 2
+    assert e["tags"][1] == FailureTag.EMPTY_TURN_MODEL_RESPONSE  # no call at all in turn 2
+    observations = [m["content"] for m in e["messages"][2:] if m["role"] == "user"]
+    assert "<tool_response>" in observations[0] and "Invalid tool call format" in observations[1]
+    assert e["check"]["events"]["parse_errors"] >= 1 and e["check"]["events"]["tool_errors"] >= 1
+    assert sum(out.response_mask) > 0
+    check_tokens(out, server, tokenizer)
+
+
+@pytest.mark.parametrize("failure", ["<FAIL>", "<ABORT>"])
+def test_llm_failure_is_excluded(scripted_server: Any, tokenizer: Any, env_client: Any, failure: str) -> None:
+    server = scripted_server([CALL_STOCK, failure])
+    client = FlakyClient(env_client, set())
+    out = run_episode(make_config(), server, tokenizer, client)
+    e = out.extra_fields
+    assert e["llm_fault"] and e["excluded"] and e["terminated_reason"] == LLM_ERROR
+    assert set(out.response_mask) == {0} and out.reward_score == 0.0
+    assert len(client.released) == 1  # released even though the episode failed
+
+
+def test_env_fault_retries_then_succeeds(scripted_server: Any, tokenizer: Any, env_client: Any) -> None:
+    script = [CALL_STOCK, "x", CALL_STOCK, "NVDA trades at its listed price.", CALL_FUND, "Done."]
+    server = scripted_server(script)
+    client = FlakyClient(env_client, {2})
+    out = run_episode(make_config(), server, tokenizer, client)
+    e = out.extra_fields
+    assert e["env_attempts"] == 2 and not e["env_fault"] and out.reward_score == 1.0
+    assert len(client.released) == 2  # the failed attempt's instance was released too
+
+
+def test_env_fault_after_retries(scripted_server: Any, tokenizer: Any, env_client: Any) -> None:
+    server = scripted_server([], default=CALL_STOCK)
+    client = FlakyClient(env_client, {1, 2})
+    out = run_episode(make_config(env_retries=1), server, tokenizer, client)
+    e = out.extra_fields
+    assert e["env_fault"] and e["excluded"] and e["env_attempts"] == 2 and e["terminated_reason"] == "env_error"
+    assert set(out.response_mask) <= {0} and out.reward_score == 0.0
+    assert "connection refused" in e["error"]
+
+
+def test_episode_call_cap(scripted_server: Any, tokenizer: Any, env_client: Any) -> None:
+    server = scripted_server([], default=CALL_STOCK)
+    cfg = make_config()
+    cfg.actor_rollout_ref.rollout.update(response_length=8192, max_model_len=16384)  # room for 20 calls
+    out = run_episode(cfg, server, tokenizer, env_client)
+    e = out.extra_fields
+    assert e["num_llm_calls"] == 20 == len(server.calls)
+    assert e["terminated_reason"] == MAX_LLM_CALLS and not e["excluded"]
+    check_tokens(out, server, tokenizer)
+
+
+def test_per_turn_cap(scripted_server: Any, tokenizer: Any, env_client: Any) -> None:
+    server = scripted_server([], default=CALL_STOCK)
+    out = run_episode(make_config(max_llm_calls_per_turn=3), server, tokenizer, env_client)
+    assert out.extra_fields["num_llm_calls"] == 3
+    assert out.extra_fields["terminated_reason"] == MAX_LLM_CALLS_PER_TURN
+
+
+def test_context_cap(scripted_server: Any, tokenizer: Any, env_client: Any) -> None:
+    cfg = make_config()
+    cfg.actor_rollout_ref.rollout.response_length = 200
+    server = scripted_server([], default=CALL_STOCK)
+    out = run_episode(cfg, server, tokenizer, env_client)
+    e = out.extra_fields
+    assert e["terminated_reason"] == CONTEXT_OVERFLOW and not e["excluded"]
+    assert 0 < len(out.response_ids) <= 200 and e["num_llm_calls"] < 20
+    for call in server.calls:  # each call was told how much room was left
+        assert len(call["prompt_ids"]) - len(out.prompt_ids) + call["sampling_params"]["max_tokens"] <= 200
+
+
+def test_cut_generation_respects_per_call_tokens(scripted_server: Any, tokenizer: Any, env_client: Any) -> None:
+    server = scripted_server([("a reply that is far too long " * 20), "Done.", "Done."])
+    out = run_episode(make_config(max_tokens_per_call=16), server, tokenizer, env_client)
+    assert all(c["sampling_params"]["max_tokens"] == 16 for c in server.calls)
+    assert len(server.outputs[0]) == 16
+    check_tokens(out, server, tokenizer)
+
+
+def test_env_params_reach_the_environment(scripted_server: Any, tokenizer: Any, env_client: Any) -> None:
+    server = scripted_server([PARSE_ERROR])
+    out = run_episode(make_config(), server, tokenizer, env_client, env_params={"terminate_on_parse_error": True})
+    e = out.extra_fields
+    assert e["terminated_reason"] == "parse_error" and e["num_llm_calls"] == 1
+
+
+def test_bad_task_id_is_a_clear_error(scripted_server: Any, tokenizer: Any, env_client: Any) -> None:
+    async def go() -> Any:
+        loop = BfclAgentLoop.for_local(make_config(), scripted_server([]), tokenizer, env_client=env_client)
+        return await loop.run(dict(SAMPLING), task_id="no_such_task")
+
+    with pytest.raises(ValueError, match="no_such_task"):
+        asyncio.run(go())

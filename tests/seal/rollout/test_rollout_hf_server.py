@@ -1,0 +1,198 @@
+"""HFServerManager on a tiny random Llama: batching, log-probs, limits, seeds, weight sharing."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+from verl.workers.rollout.replica import TokenOutput
+
+from seal.rollout.hf_server import HFServerManager, _Request, filter_scores, parse_sampling_params
+from seal.rollout.kv_cache import Entry, PrefixStore
+
+VOCAB = 256
+EOS = 2
+
+
+class _Tok:
+    pad_token_id = 0
+    eos_token_id = 1  # deliberately different: the generation config's eos must win
+
+
+def tiny_model(seed: int = 0) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
+                      eos_token_id=EOS, pad_token_id=0, bos_token_id=1)
+    model = LlamaForCausalLM(cfg)
+    model.generation_config.eos_token_id = EOS
+    return model
+
+
+def gather(server: HFServerManager, prompts: list[list[int]], params: dict) -> list[TokenOutput]:
+    async def go() -> list[TokenOutput]:
+        return list(await asyncio.gather(*(server.generate(f"r{i}", p, dict(params)) for i, p in enumerate(prompts))))
+
+    return asyncio.run(go())
+
+
+def reference_logprobs(model: torch.nn.Module, prompt: list[int], tokens: list[int], temperature: float) -> torch.Tensor:
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + tokens])).logits[0, len(prompt) - 1:-1].float()
+    lp = torch.log_softmax(logits / temperature, dim=-1)
+    return lp.gather(1, torch.tensor(tokens)[:, None]).squeeze(1)
+
+
+PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [12, 13], [14, 15, 16, 17]]
+ENGINES = {"kv_cache": 4096, "hf_generate": 0}  # prefix_cache_tokens
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_one_batch_and_exact_logprobs(temperature: float, engine: str) -> None:
+    model = tiny_model()
+    server = HFServerManager(model, _Tok(), autocast_dtype=None, batch_wait_ms=20, seed=3,
+                             prefix_cache_tokens=ENGINES[engine])
+    outs = gather(server, PROMPTS, {"temperature": temperature, "max_tokens": 12})
+    assert server.stats.batches == 1 and server.stats.batch_sizes == [3]
+    for prompt, out in zip(PROMPTS, outs):
+        assert 1 <= len(out.token_ids) <= 12 and len(out.log_probs) == len(out.token_ids)
+        assert out.stop_reason in ("completed", "length")
+        ref = reference_logprobs(model, prompt, out.token_ids, temperature or 1.0)
+        assert torch.allclose(torch.tensor(out.log_probs), ref, atol=1e-4)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_batched_greedy_matches_one_at_a_time(engine: str) -> None:
+    model = tiny_model()
+    n = ENGINES[engine]
+    together = gather(HFServerManager(model, _Tok(), autocast_dtype=None, prefix_cache_tokens=n), PROMPTS,
+                      {"temperature": 0, "max_tokens": 8})
+    alone = HFServerManager(model, _Tok(), autocast_dtype=None, max_batch_size=1, prefix_cache_tokens=n)
+    singles = [gather(alone, [p], {"temperature": 0, "max_tokens": 8})[0] for p in PROMPTS]
+    assert [o.token_ids for o in together] == [o.token_ids for o in singles]
+    assert alone.stats.batch_sizes == [1, 1, 1]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_per_request_max_tokens_and_sampling_groups(engine: str) -> None:
+    model = tiny_model()
+    model.generation_config.eos_token_id = VOCAB + 10  # unreachable: every row runs to its limit
+
+    async def go(server: HFServerManager) -> list[TokenOutput]:
+        return list(await asyncio.gather(
+            server.generate("a", PROMPTS[0], {"temperature": 0, "max_tokens": 3}),
+            server.generate("b", PROMPTS[1], {"temperature": 0, "max_new_tokens": 9}),
+            server.generate("c", PROMPTS[2], {"temperature": 1.0, "top_k": 5, "max_tokens": 4})))
+
+    server = HFServerManager(model, _Tok(), autocast_dtype=None, prefix_cache_tokens=ENGINES[engine])
+    a, b, c = asyncio.run(go(server))
+    assert [len(a.token_ids), len(b.token_ids), len(c.token_ids)] == [3, 9, 4]
+    assert {a.stop_reason, b.stop_reason, c.stop_reason} == {"length"}
+    assert sorted(server.stats.batch_sizes) == [1, 2]  # greedy pair together, the sampled one apart
+
+
+def test_stops_at_generation_config_eos() -> None:
+    req = _Request("r", [1], parse_sampling_params({"max_tokens": 5}, 8)[0], 5, None)  # type: ignore[arg-type]
+    out = HFServerManager._trim(req, [7, 8, EOS, 0, 0, 0], [-1.0] * 6, {EOS})
+    assert out.token_ids == [7, 8, EOS] and out.stop_reason == "completed" and len(out.log_probs) == 3
+    out = HFServerManager._trim(req, [7, 8, 9, 10, 11, EOS], [-1.0] * 6, {EOS})
+    assert out.token_ids == [7, 8, 9, 10, 11] and out.stop_reason == "length"
+    server = HFServerManager(tiny_model(), _Tok(), autocast_dtype=None)
+    assert server.eos_ids == [EOS]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_seed_repeats_and_leaves_global_rng_alone(engine: str) -> None:
+    model = tiny_model()
+    params = {"temperature": 1.0, "top_p": 0.9, "top_k": 50, "max_tokens": 10}
+    n = ENGINES[engine]
+    torch.manual_seed(123)
+    before = torch.rand(1)
+    torch.manual_seed(123)
+    first = gather(HFServerManager(model, _Tok(), autocast_dtype=None, seed=7, prefix_cache_tokens=n), PROMPTS, params)
+    assert torch.equal(torch.rand(1), before)  # the trainer's RNG did not move
+    second = gather(HFServerManager(model, _Tok(), autocast_dtype=None, seed=7, prefix_cache_tokens=n), PROMPTS, params)
+    assert [o.token_ids for o in first] == [o.token_ids for o in second]
+
+
+def test_shared_module_sees_updates_private_copy_needs_update_weights() -> None:
+    model = tiny_model()
+    shared = HFServerManager(model, _Tok(), autocast_dtype=None)
+    private = HFServerManager(model, _Tok(), dtype=torch.bfloat16)
+    assert shared.model is model and private.model is not model
+    assert next(private.model.parameters()).dtype == torch.bfloat16
+    with torch.no_grad():
+        model.lm_head.weight.mul_(-1.0)
+    assert torch.equal(shared.model.lm_head.weight, model.lm_head.weight)
+    assert not torch.allclose(private.model.lm_head.weight.float(), model.lm_head.weight, atol=1e-2)
+    private.update_weights(model)
+    assert torch.allclose(private.model.lm_head.weight.float(), model.lm_head.weight, atol=1e-2)
+    model.train()
+    gather(shared, PROMPTS[:1], {"temperature": 0, "max_tokens": 2})
+    assert model.training  # the training flag is restored after generation
+    out = gather(private, PROMPTS[:1], {"temperature": 0, "max_tokens": 4})[0]
+    assert len(out.token_ids) >= 1
+
+
+def test_bad_requests() -> None:
+    server = HFServerManager(tiny_model(), _Tok(), autocast_dtype=None)
+    with pytest.raises(ValueError, match="temperature"):
+        parse_sampling_params({"temperature": -1}, 8)
+    with pytest.raises(ValueError, match="max_tokens"):
+        parse_sampling_params({"max_tokens": 0}, 8)
+    with pytest.raises(ValueError, match="no room"):
+        gather(server, [[3] * 128], {"max_tokens": 4})
+    with pytest.raises(ValueError, match="text-only"):
+        asyncio.run(server.generate("x", [3], {}, image_data=[1]))
+    # A prompt near the context end gets its max_tokens cut to the room left.
+    out = gather(server, [[3] * 125], {"temperature": 0, "max_tokens": 50})[0]
+    assert len(out.token_ids) <= 3
+
+
+def test_prefix_reuse_gives_the_same_answer_as_full_recompute() -> None:
+    model = tiny_model()
+    cached = HFServerManager(model, _Tok(), autocast_dtype=None)
+    full = HFServerManager(model, _Tok(), autocast_dtype=None, prefix_cache_tokens=0)
+    greedy = {"temperature": 0, "max_tokens": 6}
+    first = gather(cached, PROMPTS[:2], greedy)
+    # The next turn of each "episode": its context plus the answer plus an observation.
+    follow = [p + o.token_ids + [40, 41, 42] for p, o in zip(PROMPTS[:2], first)]
+    hits = cached.prefix_cache.hits
+    again = gather(cached, follow, greedy)
+    assert cached.prefix_cache.hits == hits + 2 and cached.prefix_cache.reused_tokens > 0
+    reference = gather(full, follow, greedy)
+    for a, r in zip(again, reference):
+        assert a.token_ids == r.token_ids
+        assert torch.allclose(torch.tensor(a.log_probs), torch.tensor(r.log_probs), atol=1e-4)
+    cached.update_weights(model)
+    assert cached.prefix_cache.tokens == 0  # new weights invalidate the cached key/values
+
+
+def _entry(tokens: list[int]) -> Entry:
+    return Entry(torch.tensor(tokens), [torch.zeros(1, len(tokens), 2)], [torch.zeros(1, len(tokens), 2)])
+
+
+def test_prefix_store_lookup_replace_and_evict() -> None:
+    store = PrefixStore(max_tokens=10)
+    store.put(_entry([1, 2, 3]))
+    entry, n = store.lookup(torch.tensor([1, 2, 3, 4]))
+    assert n == 3 and entry is not None
+    assert store.lookup(torch.tensor([1, 2, 3]))[1] == 2  # at least one token is always computed
+    assert store.lookup(torch.tensor([9, 9]))[0] is None
+    store.put(_entry([1, 2, 3, 4, 5]))  # extends [1, 2, 3]: replaces it
+    assert [len(e) for e in store.entries] == [5]
+    store.put(_entry([7, 8, 9]))
+    store.lookup(torch.tensor([1, 2, 3, 4, 5, 6]))  # touch the first: the other one is older now
+    store.put(_entry([6, 6, 6, 6]))  # 12 tokens > 10: the least recently used goes
+    assert sorted(len(e) for e in store.entries) == [4, 5]
+
+
+def test_filter_scores() -> None:
+    scores = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    assert torch.isinf(filter_scores(scores, 2, 1.0)).tolist() == [[False, False, True, True]]
+    assert torch.isinf(filter_scores(scores, -1, 0.7)).tolist() == [[False, False, True, True]]
+    assert torch.isinf(filter_scores(scores, -1, 0.4)).tolist() == [[False, True, True, True]]

@@ -1,0 +1,91 @@
+"""The verl methods the SEAL trainer overrides or calls exist in the pinned verl, with the
+signatures and call order the subclass relies on. A verl upgrade that moves them fails here."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import inspect
+import re
+
+import pytest
+
+pytest.importorskip("verl")
+
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopWorker  # noqa: E402
+from verl.trainer.main_ppo import run_ppo  # noqa: E402
+from verl.trainer.main_ppo_v0 import BaseTaskRunner  # noqa: E402
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer  # noqa: E402
+
+from seal.trainer.verl.trainer import SealRayPPOTrainer  # noqa: E402
+
+PINNED_VERL = "0.9.1"
+
+
+def _params(fn) -> list[str]:
+    return list(inspect.signature(fn).parameters)
+
+
+def test_verl_is_the_pinned_version():
+    assert importlib.metadata.version("verl") == PINNED_VERL
+
+
+@pytest.mark.parametrize(("name", "params"), [
+    ("_update_actor", ["self", "batch"]),
+    ("_get_gen_batch", ["self", "batch"]),
+    ("_save_checkpoint", ["self"]),
+    ("_load_checkpoint", ["self"]),
+])
+def test_overridden_hooks_exist_with_the_expected_signature(name, params):
+    base = getattr(RayPPOTrainer, name)
+    assert _params(base) == params
+    assert _params(getattr(SealRayPPOTrainer, name)) == params
+    assert getattr(SealRayPPOTrainer, name) is not base
+
+
+def test_subclass_overrides_only_these_methods():
+    own = {k for k, v in vars(SealRayPPOTrainer).items() if callable(v) and k in vars(RayPPOTrainer)}
+    assert own == {"__init__", "_update_actor", "_get_gen_batch", "_save_checkpoint", "_load_checkpoint"}
+    assert "fit" not in vars(SealRayPPOTrainer)
+
+
+def _position(source: str, pattern: str) -> int:
+    match = re.search(pattern, source)
+    assert match, f"fit() no longer contains {pattern!r}"
+    return match.start()
+
+
+def test_fit_calls_update_actor_after_grpo_advantages_and_before_checkpoint_and_logging():
+    source = inspect.getsource(RayPPOTrainer.fit)
+    gen = _position(source, r"self\._get_gen_batch\(batch\)")
+    adv = _position(source, r"batch = compute_advantage\(")
+    update = _position(source, r"self\._update_actor\(batch\)")
+    metrics = _position(source, r"actor_output\.meta_info\[\"metrics\"\]")
+    save = _position(source, r"self\._save_checkpoint\(\)")
+    log = _position(source, r"logger\.log\(data=metrics")
+    load = _position(source, r"self\._load_checkpoint\(\)")
+    assert load < gen < adv < update < save < log and update < metrics < log
+    # No other trainer method is called between the advantages and the actor update but the
+    # critic update (GRPO has no critic).
+    between = source[adv:update]
+    assert set(re.findall(r"self\.(_\w+)\(", between)) <= {"_update_critic"}
+
+
+def test_validation_also_builds_its_generation_batch_with_the_hook():
+    assert "self._get_gen_batch(test_batch)" in inspect.getsource(RayPPOTrainer._validate)
+
+
+def test_task_runner_helpers_and_run_ppo():
+    for name in ("add_actor_rollout_worker", "add_critic_worker", "add_reward_model_resource_pool",
+                 "add_teacher_model_resource_pool", "add_ref_policy_worker", "init_resource_pool_mgr"):
+        assert callable(getattr(BaseTaskRunner, name)), name
+    assert _params(run_ppo) == ["config", "task_runner_class"]
+    source = inspect.getsource(run_ppo)
+    assert "task_runner_class.remote()" in source and "runner.run.remote(config)" in source
+
+
+def test_agent_loop_contract():
+    assert _params(AgentLoopBase.run) == ["self", "sampling_params", "kwargs"]
+    source = inspect.getsource(AgentLoopWorker.generate_sequences)
+    # Every non-tensor column of the generation batch reaches run() as a keyword argument.
+    assert "kwargs = {k: v[i] for k, v in batch.non_tensor_batch.items()" in source
+    assert "agent_loop_config_path" in inspect.getsource(AgentLoopWorker.__init__)
