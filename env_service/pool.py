@@ -22,6 +22,7 @@ import logging
 import multiprocessing as mp
 import os
 import pickle
+import signal
 import socket
 import struct
 import time
@@ -87,6 +88,8 @@ def _frame(obj: Any) -> bytes:
 
 def worker_main(sock: socket.socket, host_factory: str, log_level: int) -> None:
     """Entry point of a worker process: build the host, then answer frames until the socket closes."""
+    # Ctrl-C reaches the whole process group; the service shuts workers down by closing their socket.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s worker[%(process)d] %(name)s: %(message)s")
     host = load_host_factory(host_factory)()
     stream = sock.makefile("rb", buffering=1 << 16)

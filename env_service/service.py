@@ -15,8 +15,8 @@ import os
 import time
 import uuid
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from env_service import schemas
@@ -34,17 +34,20 @@ class ServiceConfig:
     """Knobs of the service (``python -m env_service --help`` lists the matching flags).
 
     ``workers``: worker processes; ``None`` means one per CPU, ``0`` runs episodes inline in the
-    service process. ``host_factory``: builds each process's :class:`EpisodeHost` (a
-    ``"module:function"`` path; inline mode also takes the callable itself, e.g. a test double). ``ttl_s``: an instance idle this long is reaped. ``max_instances``: live
-    instances beyond this get 503 on ``/create``. ``request_timeout_s``: a worker that takes longer
-    to answer one request is killed (its episodes are lost) so nothing ever hangs.
+    service process (no watchdog: a call that never returns blocks the service, and the
+    executor's per-call timer only works on a process's main thread). ``ttl_s``: an instance idle
+    this long is reaped. ``max_instances``: live instances beyond this get 503 on ``/create``.
+    ``request_timeout_s``: a worker that takes longer to answer one request is killed (its episodes
+    are lost) so nothing ever hangs. ``max_content_chars``: longer assistant messages get 413.
+    ``host_factory``: builds each process's :class:`EpisodeHost` (a ``"module:function"`` path;
+    inline mode also takes the callable itself, e.g. a test double).
     """
 
     workers: int | None = None
     ttl_s: float = 3600.0
     reap_interval_s: float | None = None
     max_instances: int = 1024
-    request_timeout_s: float = 120.0
+    request_timeout_s: float = 60.0
     max_content_chars: int = 1_000_000
     host_factory: str | Callable[[], EpisodeHost] = DEFAULT_HOST_FACTORY
 

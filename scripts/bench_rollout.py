@@ -28,21 +28,21 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-DEFAULT_TASKS = "multi_turn_base_100,multi_turn_base_104,multi_turn_base_105,multi_turn_base_120"
+DEFAULT_TASKS = "multi_turn_base_100,multi_turn_base_104"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default=str(REPO / "models" / "SmolLM2-135M-Instruct"))
     p.add_argument("--tasks", default=DEFAULT_TASKS, help="comma-separated BFCL ids (small single-class tasks)")
-    p.add_argument("--n", type=int, default=2, help="episodes per task (a GRPO group)")
+    p.add_argument("--n", type=int, default=4, help="episodes per task (a GRPO group)")
     p.add_argument("--concurrency", type=int, default=8, help="episodes at once in the batched mode")
-    p.add_argument("--max-tokens-per-call", type=int, default=48)
+    p.add_argument("--max-tokens-per-call", type=int, default=64)
     p.add_argument("--max-llm-calls", type=int, default=4)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16",
-                   help="bf16: the server's private bf16 copy; fp32: the shared fp32 module, no autocast")
+    p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32",
+                   help="fp32: the shared fp32 module, no autocast; bf16: the server's private bf16 copy")
     p.add_argument("--engine", choices=["kv_cache", "generate"], default="kv_cache",
                    help="kv_cache: prefix key/value reuse (default); generate: one model.generate per batch")
     p.add_argument("--modes", default="sequential,batched")

@@ -64,5 +64,5 @@ WORK_ABS=$(cd "$WORK" && pwd)
 ( cd "$WORK_ABS" && BFCL_PROJECT_ROOT="$WORK_ABS" OPENAI_API_KEY=dummy \
     "$OLDPWD/$VENV/bin/bfcl" evaluate --model "$MODEL" --test-category multi_turn --partial-eval \
     > "$WORK_ABS/bfcl_evaluate.log" 2>&1 ) || { tail -30 "$WORK/bfcl_evaluate.log" >&2; exit 1; }
-[ -f "$WORK/score/data_multi_turn.csv" ] && cat "$WORK/score/data_multi_turn.csv"
+[ -f "$WORK/score/data_multi_turn.csv" ] && { cat "$WORK/score/data_multi_turn.csv"; echo; }
 "$PROJECT_PY" -m seal.cli --log-level WARNING compare-bfcl --log "$LOG" --root "$WORK" --bfcl-model "$MODEL"

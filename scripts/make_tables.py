@@ -289,29 +289,40 @@ def plot_pass_rates(runs: dict[str, Run], path: Path, split: str) -> None:
 
 def plot_series_grid(series: dict[str, dict[int, dict[str, float]]], path: Path, ylabel: str,
                      title: str, stacked: bool) -> None:
-    """One panel per run; one line (or stacked area) per key over steps."""
+    """One panel per run; one line (or stacked area) per key over steps, same colour per key
+    in every panel and one shared legend. A single step is drawn as a (stacked) bar."""
     plt = _plt()
     names = list(series)
-    fig, axes = plt.subplots(1, len(names), figsize=(4.6 * len(names), 3.4), dpi=110, squeeze=False)
+    keys = sorted({k for data in series.values() for d in data.values() for k in d})
+    colours = {k: plt.get_cmap("tab10")(i % 10) for i, k in enumerate(keys)}
+    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names) + 1.8, 3.4), dpi=110, squeeze=False)
     for ax, name in zip(axes[0], names):
         data = series[name]
         steps = sorted(data)
-        keys = sorted({k for d in data.values() for k in d})
-        ys = [[data[s].get(k, 0.0) for s in steps] for k in keys]
-        if stacked:
-            ax.stackplot(steps, ys, labels=keys, alpha=0.85)
-            ax.set_ylim(0, 1)
+        ys = {k: [data[s].get(k, 0.0) for s in steps] for k in keys}
+        if stacked and len(steps) == 1:
+            bottom = 0.0
+            for k in keys:
+                ax.bar(steps, ys[k], bottom=bottom, color=colours[k], width=0.6)
+                bottom += ys[k][0]
+        elif stacked:
+            ax.stackplot(steps, [ys[k] for k in keys], colors=[colours[k] for k in keys], alpha=0.85)
         else:
-            for k, y in zip(keys, ys):
-                ax.plot(steps, y, marker=".", label=k)
+            for k in keys:
+                if any(k in data[s] for s in steps):
+                    ax.plot(steps, ys[k], marker=".", color=colours[k])
+        if stacked:
+            ax.set_ylim(0, 1)
         ax.set_title(f"{name}: {title}", fontsize=9)
         ax.set_xlabel("step")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         if len(steps) == 1:
             ax.set_xticks(steps)
-    axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
-    fig.tight_layout()
+            ax.set_xlim(steps[0] - 1, steps[0] + 1)
+    handles = [plt.Line2D([], [], color=colours[k], linewidth=6 if stacked else 2) for k in keys]
+    fig.legend(handles, keys, fontsize=7, loc="center right")
+    fig.tight_layout(rect=(0, 0, 1 - 1.7 / (4.2 * len(names) + 1.8), 1))
     fig.savefig(path)
     plt.close(fig)
 

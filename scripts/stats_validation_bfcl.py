@@ -120,10 +120,14 @@ def write_png(path: Path, table: dict[int, dict[str, PassCount]], title: str) ->
 
     steps = list(table)
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
-    for cat in columns_of(table):
+    cols = columns_of(table)
+    for i, cat in enumerate(cols):
         ys = [100 * table[s][cat].rate if cat in table[s] and table[s][cat].n else float("nan") for s in steps]
         style = dict(color="black", linestyle="--", linewidth=2) if cat == OVERALL else {}
-        ax.plot(steps, ys, marker="o", label=cat.replace("multi_turn_", ""), **style)
+        # Shrinking markers keep coinciding points visible as concentric rings.
+        size = 4 + 2 * (len(cols) - i)
+        ax.plot(steps, ys, marker="o", markersize=size, markerfacecolor="none" if cat != OVERALL else None,
+                label=cat.replace("multi_turn_", ""), **style)
     ax.set_xlabel("validation step")
     ax.set_ylabel("pass rate (%)")
     ax.set_ylim(-2, 102)

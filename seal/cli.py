@@ -32,6 +32,9 @@ def add_eval_arguments(ap: argparse.ArgumentParser) -> None:
     src.add_argument("--batch-size", type=int, default=8, help="--model: max requests per generate")
     src.add_argument("--batch-tokens", type=int, default=16384,
                      help="--model: max padded prompt tokens per generate (default %(default)s)")
+    src.add_argument("--prefix-cache", type=int, default=0,
+                     help="--model: keep KV caches of N conversations and run calls one at a time, "
+                          "so each call only prefills its new messages (good for long prompts on CPU)")
 
     tasks = ap.add_argument_group("tasks")
     tasks.add_argument("--split", default="val", choices=["train", "val", "test", "eval"])
@@ -73,7 +76,7 @@ def build_policy(args: argparse.Namespace) -> Any:
         if not Path(args.model).is_dir():
             raise SystemExit(f"seal eval: --model {args.model} is not a directory (a HF checkpoint)")
         return HFChatPolicy(args.model, device=args.device, dtype=args.dtype, max_batch_size=args.batch_size,
-                            max_batch_tokens=args.batch_tokens)
+                            max_batch_tokens=args.batch_tokens, prefix_cache=args.prefix_cache)
     if not args.served_model:
         raise SystemExit("seal eval: --endpoint needs --served-model NAME")
     return OpenAIChatPolicy(args.endpoint, args.served_model, api_key=os.environ.get(args.api_key_env),

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import queue
 import random
+import re
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -81,6 +82,7 @@ def complete_with_usage(
 
 
 _RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+_CONTEXT_ERROR = re.compile(r"context (length|window)|maximum context|too many tokens|prompt is too long", re.I)
 
 
 class OpenAIChatPolicy:
@@ -166,6 +168,10 @@ class OpenAIChatPolicy:
             if resp.status_code in _RETRY_STATUS:
                 last = f"HTTP {resp.status_code}"
                 continue
+            if resp.status_code == 400 and _CONTEXT_ERROR.search(resp.text):
+                # vLLM and hosted APIs answer 400 when the conversation outgrew the model; the
+                # episode ends there, as on a local model, instead of failing the run.
+                raise ContextOverflowError(f"endpoint: {resp.text[:300]}")
             if resp.status_code >= 400:
                 raise PolicyError(
                     f"chat endpoint answered HTTP {resp.status_code}: {resp.text[:300]}"
@@ -194,6 +200,10 @@ class HFChatPolicy:
     padded prompt tokens (batch 8 is ~3.5x the decode tokens/s of batch 1 on CPU, but long
     prompts are prefill-bound and a padded batch of them only costs memory). The chat template
     gets no ``tools=``: the environment's system prompt already lists the tools.
+
+    With ``prefix_cache=N`` requests run one at a time and reuse the KV cache of the longest
+    matching earlier conversation (up to N kept): each call of a multi-turn episode then only
+    prefills the new messages instead of the whole (several-thousand-token) prompt again.
     """
 
     def __init__(
@@ -206,6 +216,7 @@ class HFChatPolicy:
         max_batch_tokens: int = 16384,
         batch_wait_s: float = 0.05,
         context_length: int | None = None,
+        prefix_cache: int = 0,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -223,6 +234,9 @@ class HFChatPolicy:
         ) or None
         self.max_batch_size = max_batch_size
         self.max_batch_tokens = max_batch_tokens
+        # Conversation KV caches, most recent last: (token ids the cache holds, cache).
+        self.prefix_cache = prefix_cache
+        self._caches: list[tuple[list[int], Any]] = []
         self.batch_wait_s = batch_wait_s
         self._queue: queue.Queue[_Request] = queue.Queue()
         self._worker = threading.Thread(target=self._serve, name="hf-policy", daemon=True)
@@ -269,6 +283,13 @@ class HFChatPolicy:
     def _serve(self) -> None:
         while True:
             first = self._queue.get()
+            if self.prefix_cache:
+                try:
+                    first.result = self._generate_cached(first)
+                except Exception as exc:  # handed to the caller, which raises PolicyError
+                    first.error = exc
+                first.done.set()
+                continue
             batch = [first]
             deadline = time.monotonic() + self.batch_wait_s
             while len(batch) < self.max_batch_size:
@@ -295,6 +316,64 @@ class HFChatPolicy:
             for req in batch:
                 req.done.set()
 
+    def _generate_kwargs(self, s: SamplingSettings) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"max_new_tokens": s.max_tokens, "pad_token_id": self.tokenizer.pad_token_id}
+        if s.temperature > 0:
+            kwargs.update(do_sample=True, temperature=s.temperature, top_p=s.top_p)
+        else:
+            # Explicit Nones silence the checkpoint's sampling defaults under greedy decoding.
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        return kwargs
+
+    def set_seed(self, seed: int) -> None:
+        """Seed torch's generator (sampling runs only; batching still changes the draw order)."""
+        self._torch.manual_seed(seed)
+
+    def _take_cache(self, ids: list[int]) -> Any:
+        """The kept cache sharing the longest prefix with ``ids``, cropped to it (or a new one)."""
+        from transformers import DynamicCache
+
+        best, best_len = None, 0
+        for i, (held, _) in enumerate(self._caches):
+            n = 0
+            for a, b in zip(held, ids):
+                if a != b:
+                    break
+                n += 1
+            if n > best_len:
+                best, best_len = i, n
+        # Every conversation starts with the same system-prompt preamble; a cache is only worth
+        # taking (and so removing from its own conversation) when most of it matches.
+        if best is None or best_len < max(16, len(self._caches[best][0]) // 2):
+            return DynamicCache()
+        _, cache = self._caches.pop(best)
+        cache.crop(min(best_len, len(ids) - 1))  # at least one prompt token must be fed
+        return cache
+
+    def _generate_cached(self, req: _Request) -> Completion:
+        """Batch-1 ``generate`` continuing a kept KV cache; the cache is kept for the next call."""
+        torch = self._torch
+        cache = self._take_cache(req.prompt_ids)
+        reused = cache.get_seq_length()
+        ids = torch.tensor([req.prompt_ids], dtype=torch.long, device=self.device)  # (1, T)
+        kwargs = self._generate_kwargs(req.sampling)
+        t0 = time.monotonic()
+        with torch.inference_mode():
+            out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                      past_key_values=cache, **kwargs)
+        row = out[0, len(req.prompt_ids):].tolist()
+        held = (req.prompt_ids + row)[: cache.get_seq_length()]
+        self._caches.append((held, cache))
+        del self._caches[: -self.prefix_cache]
+        logger.debug("generate: %d prompt tokens (%d cached), %d new, %.1fs", len(req.prompt_ids), reused,
+                     len(row), time.monotonic() - t0)
+        eos = self.tokenizer.eos_token_id
+        finish = "length"
+        if eos in row:
+            row = row[: row.index(eos)]
+            finish = "stop"
+        return Completion(self.tokenizer.decode(row, skip_special_tokens=True), len(req.prompt_ids), len(row), finish)
+
     def _generate(self, batch: list[_Request]) -> list[Completion]:
         """One left-padded ``generate`` for ``batch``; returns one Completion per request."""
         torch = self._torch
@@ -305,12 +384,7 @@ class HFChatPolicy:
         for i, r in enumerate(batch):
             input_ids[i, width - len(r.prompt_ids):] = torch.tensor(r.prompt_ids)
             attention[i, width - len(r.prompt_ids):] = 1
-        s = batch[0].sampling
-        kwargs: dict[str, Any] = {"max_new_tokens": s.max_tokens, "pad_token_id": pad}
-        if s.temperature > 0:
-            kwargs.update(do_sample=True, temperature=s.temperature, top_p=s.top_p)
-        else:
-            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        kwargs = self._generate_kwargs(batch[0].sampling)
         t0 = time.monotonic()
         with torch.inference_mode():
             out = self.model.generate(

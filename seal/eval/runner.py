@@ -315,12 +315,28 @@ def run_eval(
     """
     out_dir = Path(out_dir)
     local = threading.local()
+    created: list[Any] = []
+    lock = threading.Lock()
 
     def client() -> Any:
+        # One client per worker thread: an in-process client owns its own service loop.
         if not hasattr(local, "client"):
             local.client = client_factory()
+            with lock:
+                created.append(local.client)
         return local.client
 
+    try:
+        return _run_all(settings, policy, client, out_dir)
+    finally:
+        for c in {id(c): c for c in created}.values():
+            close = getattr(c, "close", None)
+            if close is not None:
+                close()
+
+
+def _run_all(settings: EvalSettings, policy: ChatPolicy, client: Callable[[], Any], out_dir: Path) -> EvalSummary:
+    """Task selection, the repeats and the summary file (see :func:`run_eval`)."""
     ids = select_tasks(settings, settings.task_ids or default_task_ids(settings.split))
     skipped: dict[str, int] = {}
     if settings.max_prompt_tokens is not None:

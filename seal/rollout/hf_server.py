@@ -30,9 +30,11 @@ Semantics, documented because the trainer relies on them:
   number ``k`` of this server samples from a generator seeded ``s + k`` (the ``generate`` engine:
   ``torch.manual_seed(s + k)`` inside ``fork_rng``), so the global RNG (the trainer's) is untouched
   and a run is repeatable when the batches are the same.
-* **Cache and weights.** Cached key/values belong to the weights that computed them: call
-  :meth:`HFServerManager.update_weights` (or :meth:`HFServerManager.clear_cache` when the shared
-  module changed in place) after every optimizer step.
+* **Cache and weights.** Cached key/values belong to the weights that computed them. Before each
+  batch the server compares the parameters' in-place version counters (an optimizer step or
+  ``load_state_dict`` bumps them) with those the cache was built under and drops the cache when
+  they differ, so a trainer sharing the module needs no call; :meth:`HFServerManager.clear_cache`
+  does it by hand (e.g. after replacing parameter tensors, which the counters cannot see).
 * **Stopping.** A sequence stops at an end-of-message id: the model's ``generation_config``
   ``eos_token_id`` (``<|im_end|>`` for SmolLM2; the tokenizer's own eos is a different token) plus
   any ``stop_token_ids`` of the request. ``stop_reason`` is ``"completed"`` (stopped by such an id,
@@ -208,6 +210,7 @@ class HFServerManager:
         self.max_positions = int(getattr(model.config, "max_position_embeddings", 0) or 0) or None
         self.stats = ServerStats()
         self.prefix_cache = kv_cache.PrefixStore(prefix_cache_tokens) if prefix_cache_tokens > 0 else None
+        self._cache_version: tuple[int, ...] = ()
         self._pending: list[_Request] = []
         self._batcher: asyncio.Task | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-generate")
@@ -316,10 +319,16 @@ class HFServerManager:
     def _generate_batch(self, batch: list[_Request]) -> list[TokenOutput]:
         """Generate one batch (in the server's thread); returns one output per request."""
         stop_ids = set(self.eos_ids) | set(batch[0].key.stop_ids)
+        if self.prefix_cache is not None:
+            version = self._weights_version()
+            if version != self._cache_version:
+                self.clear_cache()
+                self._cache_version = version
         started = time.monotonic()
         with self._generation_mode(self.stats.batches):
             if self.prefix_cache is not None:
-                results = self._cached_batch(batch, stop_ids)
+                with kv_cache.decode_attention(self.model):
+                    results = self._cached_batch(batch, stop_ids)
             else:
                 results = self._hf_generate_batch(batch, stop_ids)
         self.stats.batches += 1
@@ -328,6 +337,10 @@ class HFServerManager:
         self.stats.generated_tokens += sum(len(o.token_ids) for o in results)
         self.stats.generate_seconds += time.monotonic() - started
         return results
+
+    def _weights_version(self) -> tuple[int, ...]:
+        """In-place modification counters of the parameters (cheap: one int per tensor)."""
+        return tuple(p._version for p in self.model.parameters())
 
     def _kv_dtype(self) -> torch.dtype:
         dtype = next(self.model.parameters()).dtype

@@ -14,12 +14,59 @@ true positions, which left padding preserves (positions count real tokens only).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
 from transformers.cache_utils import Cache, DynamicLayer
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+GQA_ATTENTION = "seal_gqa_sdpa"
+
+
+def gqa_sdpa_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                       attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                       is_causal: bool | None = None, **kwargs) -> tuple[torch.Tensor, None]:
+    """SDPA for one-token decode steps without copying the grouped key/value heads.
+
+    transformers' CPU path expands keys/values (B, Hkv, L, D) to all query heads before SDPA,
+    which copies the whole cache every step. For a single query position the query heads of one
+    group can instead be laid out as that group's "query length": (B, H, 1, D) -> (B, Hkv, H/Hkv, D),
+    and every one of them sees the same mask row. Prefill (several positions) uses the stock SDPA.
+    """
+    b, h, q, d = query.shape
+    hkv = key.shape[1]
+    if q != 1 or h == hkv or dropout:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      is_causal=is_causal, **kwargs)
+    grouped = query.reshape(b, hkv, h // hkv, d)
+    out = F.scaled_dot_product_attention(grouped, key, value, attn_mask=attention_mask, scale=scaling)
+    return out.reshape(b, h, 1, d).transpose(1, 2).contiguous(), None
+
+
+# Registered by name (like a verl agent loop); selecting it is per model, see ``decode_attention``.
+AttentionInterface.register(GQA_ATTENTION, gqa_sdpa_attention)
+AttentionMaskInterface.register(GQA_ATTENTION, sdpa_mask)
+
+
+@contextlib.contextmanager
+def decode_attention(model: torch.nn.Module) -> Iterator[None]:
+    """Use :func:`gqa_sdpa_attention` inside the block when the model runs stock ``sdpa``."""
+    config = model.config
+    previous = getattr(config, "_attn_implementation", None)
+    if previous != "sdpa":
+        yield
+        return
+    config._attn_implementation = GQA_ATTENTION
+    try:
+        yield
+    finally:
+        config._attn_implementation = previous
 
 
 class BufferLayer(DynamicLayer):

@@ -114,6 +114,7 @@ def tiny_checkpoint(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_hf_policy_batched_equals_single_and_counts_tokens(tiny_checkpoint):
     pol = HFChatPolicy(str(tiny_checkpoint), max_batch_size=4, batch_wait_s=0.2)
     s = SamplingSettings(max_tokens=6)
@@ -126,3 +127,39 @@ def test_hf_policy_batched_equals_single_and_counts_tokens(tiny_checkpoint):
     assert all(0 < c.completion_tokens <= 6 for c in single)
     with pytest.raises(ContextOverflowError, match="context length 512"):
         pol.complete([{"role": "user", "content": "word " * 600}], s)
+
+
+@pytest.mark.slow
+def test_hf_prefix_cache_gives_the_same_greedy_text(tiny_checkpoint):
+    plain = HFChatPolicy(str(tiny_checkpoint))
+    cached = HFChatPolicy(str(tiny_checkpoint), prefix_cache=2)
+    s = SamplingSettings(max_tokens=5)
+    convo = [{"role": "system", "content": "You call tools."}, {"role": "user", "content": "List the files."}]
+    for turn in range(3):
+        a, b = plain.complete(convo, s), cached.complete(convo, s)
+        assert a == b, turn
+        convo = convo + [{"role": "assistant", "content": a}, {"role": "user", "content": f"result {turn}"}]
+    assert len(cached._caches) == 1  # one conversation, its cache carried from call to call
+    held, cache = cached._caches[0]
+    assert cache.get_seq_length() == len(held) > cached.count_tokens(convo[:2])
+
+
+def test_openai_context_overflow_is_its_own_error():
+    def handler(request):
+        return httpx.Response(400, json={"error": {"message": "This model's maximum context length is 16384 tokens."}})
+
+    pol = OpenAIChatPolicy("http://x/v1", "m", transport=httpx.MockTransport(handler))
+    with pytest.raises(ContextOverflowError, match="maximum context length"):
+        pol.complete(MSGS, SamplingSettings())
+
+
+@pytest.mark.slow
+def test_hf_prefix_cache_is_not_stolen_by_a_conversation_sharing_only_the_preamble(tiny_checkpoint):
+    pol = HFChatPolicy(str(tiny_checkpoint), prefix_cache=4)
+    s = SamplingSettings(max_tokens=3)
+    preamble = "You call tools. " * 10
+    a = [{"role": "system", "content": preamble}, {"role": "user", "content": "first conversation " * 40}]
+    b = [{"role": "system", "content": preamble}, {"role": "user", "content": "second"}]
+    pol.complete(a, s)
+    pol.complete(b, s)
+    assert len(pol._caches) == 2  # b built its own cache instead of cropping a's

@@ -282,7 +282,8 @@ class LocalTrainer:
         """Validation before training, the steps, periodic validation and checkpoints."""
         t = self.cfg.trainer
         resumed = self.maybe_resume()
-        log = MetricsLogger(self.exp_dir, resume=resumed, tensorboard=bool(self.local.tensorboard))
+        log = MetricsLogger(self.exp_dir, resume_step=self.global_step if resumed else None,
+                            tensorboard=bool(self.local.tensorboard))
         try:
             if not resumed and t.val_before_train and self.val_ids:
                 log.log(0, self.validate(0))
@@ -292,10 +293,10 @@ class LocalTrainer:
                 last = self.global_step == self.total_steps
                 if test_freq > 0 and (self.global_step % test_freq == 0 or last):
                     metrics.update(self.validate(self.global_step))
-                if (save_freq > 0 and self.global_step % save_freq == 0) or last:
-                    self.save()
                 log.log(self.global_step, metrics)
                 self.last_metrics = metrics
+                if (save_freq > 0 and self.global_step % save_freq == 0) or last:
+                    self.save()
             if self.hooks.state is not None and self.hooks.state.window["categories"]:
                 self.hooks.save_state()  # a run ending mid-epoch keeps its (non-empty) window
         finally:

@@ -37,13 +37,24 @@ def console_line(step: int, metrics: dict[str, float]) -> str:
 class MetricsLogger:
     """Appends one JSON object per step to ``metrics.jsonl`` and scalars to TensorBoard.
 
-    A fresh run truncates ``metrics.jsonl``; a resumed run appends to it.
+    A fresh run (``resume_step=None``) truncates ``metrics.jsonl``. A run resumed from the
+    checkpoint of step ``resume_step`` keeps the lines up to that step and drops later ones (steps
+    a killed run logged after its last checkpoint, which the resumed run redoes), then appends.
     """
 
-    def __init__(self, exp_dir: Path, *, resume: bool, tensorboard: bool = True) -> None:
+    def __init__(self, exp_dir: Path, *, resume_step: int | None, tensorboard: bool = True) -> None:
         self.path = Path(exp_dir) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = self.path.open("a" if resume else "w", encoding="utf-8")
+        kept: list[str] = []
+        if resume_step is not None and self.path.is_file():
+            for line in self.path.read_text(encoding="utf-8").splitlines():
+                try:
+                    if int(json.loads(line)["step"]) <= resume_step:
+                        kept.append(line + "\n")
+                except (ValueError, KeyError, TypeError):
+                    continue  # a torn last line from the interrupted run
+        self._fh = self.path.open("w", encoding="utf-8")
+        self._fh.writelines(kept)
         self._tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter

@@ -16,6 +16,7 @@ _LAZY = {
     "run_verl": "seal.trainer.verl.main",
     "prepare_config": "seal.trainer.verl.main",
     "SealTaskRunner": "seal.trainer.verl.main",
+    "build_trainer": "seal.trainer.verl.main",
     "SealRayPPOTrainer": "seal.trainer.verl.trainer",
     "BfclTaskDataset": "seal.trainer.verl.dataset",
 }

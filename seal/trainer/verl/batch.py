@@ -52,7 +52,7 @@ def episode_rows(batch: Any) -> list[dict[str, Any]]:
     scores = batch.batch["token_level_scores"].sum(dim=-1).tolist()
     cols = {k: _column(batch, k) for k in
             ("task_id", "category", "data_source", "tags", "check", "env_fault", "llm_fault",
-             "error_messages", "messages", "uid")}
+             "excluded", "error_messages", "messages", "uid")}
     rows = []
     for i in range(n):
         task_id = str(cols["task_id"][i])
@@ -72,22 +72,24 @@ def episode_rows(batch: Any) -> list[dict[str, Any]]:
             "tags": _tags(_row_value(cols["tags"], i)),
             "env_fault": bool(_row_value(cols["env_fault"], i)),
             "llm_fault": bool(_row_value(cols["llm_fault"], i)),
+            "excluded": bool(_row_value(cols["excluded"], i)),
             "error_messages": [str(e) for e in (errors or [])],
         })
     return rows
 
 
-def fault_mask(rows: Sequence[Mapping[str, Any]]) -> torch.Tensor:
-    """``(B,)`` bool: rows whose episode was not played to the end (environment or LLM fault)."""
-    return torch.tensor([bool(r["env_fault"] or r["llm_fault"]) for r in rows], dtype=torch.bool)
+def excluded_mask(rows: Sequence[Mapping[str, Any]]) -> torch.Tensor:
+    """``(B,)`` bool: rows the policy must not learn from — an environment or LLM fault, or an
+    episode the runner marked ``excluded`` (e.g. its prompt did not fit the context)."""
+    return torch.tensor([bool(r["env_fault"] or r["llm_fault"] or r["excluded"]) for r in rows], dtype=torch.bool)
 
 
-def exclude_faults(batch: Any, faults: torch.Tensor, *, adv_estimator: str, norm_adv_by_std_in_grpo: bool) -> None:
-    """Keep faulted rows out of the update, in place: they are never trained on.
+def exclude_rows(batch: Any, faults: torch.Tensor, *, adv_estimator: str, norm_adv_by_std_in_grpo: bool) -> None:
+    """Keep excluded rows out of the update, in place: they are never trained on.
 
     Their ``response_mask`` and ``advantages`` rows become 0. With GRPO the advantages of the
     other rows are recomputed with verl's ``compute_grpo_outcome_advantage`` over the kept rows
-    only, so a faulted episode's reward does not shift its group's baseline. ``faults`` is
+    only, so an excluded episode's reward does not shift its group's baseline. ``faults`` is
     ``(B,)`` bool; nothing happens when it is all false.
     """
     if not bool(faults.any()):

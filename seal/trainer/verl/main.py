@@ -6,10 +6,11 @@ verl's own ``run_ppo``, which starts Ray from ``ray_kwargs.ray_init`` (a local c
 cluster at ``ray_kwargs.ray_init.address`` — ``auto``, ``ray://head:10001`` — or the one named by
 Ray's ``RAY_ADDRESS``) and runs :class:`SealTaskRunner` as a Ray actor.
 
-:class:`SealTaskRunner` builds the trainer the way verl's ``main_ppo_v0.TaskRunner`` does, using
-the same inherited helpers (worker roles, resource pools, config validation, tokenizer), with two
-differences: the datasets are :class:`~seal.trainer.verl.dataset.BfclTaskDataset` and the trainer
-is :class:`~seal.trainer.verl.trainer.SealRayPPOTrainer`.
+:class:`SealTaskRunner` (:func:`build_trainer`) builds the trainer the way verl's
+``main_ppo_v0.TaskRunner`` does, using the same inherited helpers (worker roles, resource pools,
+config validation, tokenizer), with two differences: the datasets are
+:class:`~seal.trainer.verl.dataset.BfclTaskDataset` and the trainer is
+:class:`~seal.trainer.verl.trainer.SealRayPPOTrainer`; then verl's ``init_workers`` and ``fit``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import ray
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -37,30 +39,35 @@ PATH_KEYS = (
     "seal.diagnosis.stats_dir",
 )
 FILE_LIST_KEYS = ("data.train_files", "data.val_files")
+# Either a local folder or a hub id (``Qwen/Qwen2.5-7B-Instruct``): made absolute only if it exists.
+MODEL_KEYS = ("actor_rollout_ref.model.path", "actor_rollout_ref.model.tokenizer_path")
 AGENT_LOOPS_YAML = Path(__file__).with_name("agent_loops.yaml")
 
 
-def _absolute(value: str, base: Path) -> str:
+def _absolute(value: str, base: Path, *, only_existing: bool = False) -> str:
     p = Path(os.path.expanduser(value))
     if p.is_absolute():
         return str(p)
-    # Project files (data/, exp/) are found relative to the repository when not present here.
+    # Project files (data/, models/) are found relative to the repository when not present here.
     for root in (base, REPO_ROOT):
         if (root / p).exists():
             return str((root / p).resolve())
-    return str((base / p).resolve())
+    return value if only_existing else str((base / p).resolve())
 
 
-def prepare_config(cfg: DictConfig, *, base: Path | None = None) -> DictConfig:
-    """A copy of ``cfg`` ready for Ray workers on any node of a cluster.
+def prepare_config(cfg: DictConfig, *, exp_dir: Path, base: Path | None = None) -> DictConfig:
+    """A resolved copy of ``cfg`` ready for Ray workers on any node of a cluster.
 
-    * Paths (data files, checkpoint and log folders, the agent-loop registry) become absolute.
+    * ``trainer.validation_data_dir`` defaults to ``<exp_dir>/validation_log`` (contract 6).
+    * Paths (data files, checkpoint and log folders, the agent-loop registry, a local model
+      folder) become absolute, relative to ``base`` (default: the current directory) or, for
+      files that exist only there, the repository. A hub model id is left as it is.
     * ``actor_rollout_ref.rollout.agent.agent_loop_config_path`` points at this package's
       ``agent_loops.yaml`` unless set: verl's agent-loop workers read it and import the
       ``seal_bfcl`` loop class in their own process.
     * The repository is prepended to the workers' ``PYTHONPATH`` (Ray's runtime env), so the
       ``seal`` and ``env_service`` packages import on every node that has the project at the
-      same path.
+      same path; verl's TensorBoard logger writes to ``<exp_dir>/tensorboard``.
     """
     base = Path(base or Path.cwd()).resolve()
     out = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
@@ -69,18 +76,25 @@ def prepare_config(cfg: DictConfig, *, base: Path | None = None) -> DictConfig:
             value = OmegaConf.select(out, key)
             if isinstance(value, str) and value:
                 OmegaConf.update(out, key, _absolute(value, base), merge=False)
+        for key in MODEL_KEYS:
+            value = OmegaConf.select(out, key)
+            if isinstance(value, str) and value:
+                OmegaConf.update(out, key, _absolute(value, base, only_existing=True), merge=False)
         for key in FILE_LIST_KEYS:
             value = OmegaConf.select(out, key)
             if isinstance(value, str):
                 OmegaConf.update(out, key, _absolute(value, base), merge=False)
             elif value is not None:
                 OmegaConf.update(out, key, [_absolute(str(v), base) for v in value], merge=False)
+        if not out.trainer.get("validation_data_dir"):
+            out.trainer.validation_data_dir = str(Path(exp_dir).resolve() / "validation_log")
         agent = out.actor_rollout_ref.rollout.agent
         agent.agent_loop_config_path = _absolute(str(agent.agent_loop_config_path or AGENT_LOOPS_YAML), base)
-        runtime_env = out.ray_kwargs.ray_init.setdefault("runtime_env", {})
-        env_vars = runtime_env.setdefault("env_vars", {})
+        env_vars = OmegaConf.select(out, "ray_kwargs.ray_init.runtime_env.env_vars") or {}
         paths = [str(REPO_ROOT), env_vars.get("PYTHONPATH") or os.environ.get("PYTHONPATH", "")]
-        env_vars["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+        env_vars = {**env_vars, "PYTHONPATH": os.pathsep.join(p for p in paths if p),
+                    "TENSORBOARD_DIR": env_vars.get("TENSORBOARD_DIR") or str(Path(exp_dir).resolve() / "tensorboard")}
+        OmegaConf.update(out, "ray_kwargs.ray_init.runtime_env.env_vars", env_vars, merge=False)
     return out
 
 
@@ -95,15 +109,30 @@ def run_verl(cfg: DictConfig, *, exp_dir: Path) -> None:
     from verl.trainer.main_ppo import run_ppo
     from verl.utils.device import auto_set_device
 
+    from seal.trainer.verl.trainer import check_verl_config
+
     if cfg.trainer.backend != "verl":
         raise ConfigError(f"trainer.backend={cfg.trainer.backend!r}: run_verl needs trainer.backend=verl")
-    prepared = prepare_config(cfg)
-    auto_set_device(prepared)
+    check_verl_config(cfg)  # fail on the driver, before Ray and the GPU workers start
+    _check_accelerators(cfg)
     exp_dir = Path(exp_dir).resolve()
+    prepared = prepare_config(cfg, exp_dir=exp_dir)
+    auto_set_device(prepared)
     exp_dir.mkdir(parents=True, exist_ok=True)
     logger.info("verl backend: %d node(s) x %d GPU(s), experiment folder %s", prepared.trainer.nnodes,
                 prepared.trainer.n_gpus_per_node, exp_dir)
     run_ppo(prepared, task_runner_class=_RunnerFactory(str(exp_dir)))
+
+
+def _check_accelerators(cfg: DictConfig) -> None:
+    """A local Ray cluster (no ``ray_kwargs.ray_init.address``, no ``RAY_ADDRESS``) runs on this
+    machine's accelerators: without any, verl's workers would fail deep inside NCCL."""
+    from verl.utils.device import is_device_available
+
+    joins_cluster = OmegaConf.select(cfg, "ray_kwargs.ray_init.address") or os.environ.get("RAY_ADDRESS")
+    if not joins_cluster and not is_device_available():
+        raise ConfigError("trainer.backend=verl needs GPUs and this machine has none; use trainer.backend=local, "
+                          "or join a GPU cluster with ray_kwargs.ray_init.address=<address>")
 
 
 class _RunnerFactory:
@@ -117,9 +146,56 @@ class _RunnerFactory:
     def options(self, **kwargs: object) -> _RunnerFactory:
         return _RunnerFactory(self.exp_dir, {**self._options, **kwargs})
 
+    def actor_options(self) -> dict:
+        """The runner's Ray options: pinned to the launching node (when Ray runs there), so the
+        experiment folder, TensorBoard logs and the diagnosis state land on its disk."""
+        options = dict(self._options)
+        if "scheduling_strategy" not in options and not ray.util.client.ray.is_connected():
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
+                node_id=ray.get_runtime_context().get_node_id(), soft=False)
+        return options
+
     def remote(self) -> ray.actor.ActorHandle:
-        actor_cls = SealTaskRunner.options(**self._options) if self._options else SealTaskRunner
-        return actor_cls.remote(self.exp_dir)
+        return SealTaskRunner.options(**self.actor_options()).remote(self.exp_dir)
+
+
+def build_trainer(runner: BaseTaskRunner, config: DictConfig, exp_dir: Path) -> Any:
+    """The steps of verl's ``TaskRunner.run`` up to a constructed trainer, with SEAL's datasets
+    and trainer class: worker roles and resource pools from ``runner``'s inherited helpers,
+    verl's config validation, the tokenizer from the model config."""
+    from verl.trainer.ppo.utils import create_rl_sampler, need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+    from verl.utils.dataset.rl_dataset import collate_fn
+    from verl.workers.config import HFModelConfig
+
+    from seal.trainer.verl.dataset import BfclTaskDataset
+    from seal.trainer.verl.trainer import SealRayPPOTrainer
+
+    OmegaConf.resolve(config)
+    actor_rollout_cls, ray_worker_group_cls = runner.add_actor_rollout_worker(config)
+    runner.add_critic_worker(config)
+    runner.add_reward_model_resource_pool(config)
+    runner.add_teacher_model_resource_pool(config)
+    runner.add_ref_policy_worker(config, actor_rollout_cls)
+    validate_config(config=config, use_reference_policy=need_reference_policy(config),
+                    use_critic=need_critic(config))
+    model_config: HFModelConfig = omega_conf_to_dataclass(config.actor_rollout_ref.model)
+    train_dataset = BfclTaskDataset.from_config(config, "train")
+    return SealRayPPOTrainer(
+        config=config,
+        tokenizer=model_config.tokenizer,
+        processor=model_config.processor,
+        role_worker_mapping=runner.role_worker_mapping,
+        resource_pool_manager=runner.init_resource_pool_mgr(config),
+        ray_worker_group_cls=ray_worker_group_cls,
+        train_dataset=train_dataset,
+        val_dataset=BfclTaskDataset.from_config(config, "val"),
+        collate_fn=collate_fn,
+        train_sampler=create_rl_sampler(config.data, train_dataset),
+        exp_dir=exp_dir,
+    )
 
 
 @ray.remote
@@ -131,36 +207,6 @@ class SealTaskRunner(BaseTaskRunner):
         self.exp_dir = Path(exp_dir)
 
     def run(self, config: DictConfig) -> None:
-        from verl.trainer.ppo.utils import create_rl_sampler, need_critic, need_reference_policy
-        from verl.utils.config import omega_conf_to_dataclass, validate_config
-        from verl.utils.dataset.rl_dataset import collate_fn
-        from verl.workers.config import HFModelConfig
-
-        from seal.trainer.verl.dataset import BfclTaskDataset
-        from seal.trainer.verl.trainer import SealRayPPOTrainer
-
-        OmegaConf.resolve(config)
-        actor_rollout_cls, ray_worker_group_cls = self.add_actor_rollout_worker(config)
-        self.add_critic_worker(config)
-        self.add_reward_model_resource_pool(config)
-        self.add_teacher_model_resource_pool(config)
-        self.add_ref_policy_worker(config, actor_rollout_cls)
-        validate_config(config=config, use_reference_policy=need_reference_policy(config),
-                        use_critic=need_critic(config))
-        model_config: HFModelConfig = omega_conf_to_dataclass(config.actor_rollout_ref.model)
-        train_dataset = BfclTaskDataset.from_config(config, "train")
-        trainer = SealRayPPOTrainer(
-            config=config,
-            tokenizer=model_config.tokenizer,
-            processor=model_config.processor,
-            role_worker_mapping=self.role_worker_mapping,
-            resource_pool_manager=self.init_resource_pool_mgr(config),
-            ray_worker_group_cls=ray_worker_group_cls,
-            train_dataset=train_dataset,
-            val_dataset=BfclTaskDataset.from_config(config, "val"),
-            collate_fn=collate_fn,
-            train_sampler=create_rl_sampler(config.data, train_dataset),
-            exp_dir=self.exp_dir,
-        )
+        trainer = build_trainer(self, config, self.exp_dir)
         trainer.init_workers()
         trainer.fit()

@@ -12,11 +12,14 @@ b. rescale ``batch.batch["advantages"]`` with A-Patch (after verl's GRPO advanta
 c. return ``seal/*`` metrics inside the actor output, which ``fit()`` reduces and logs through
    verl's ``Tracking`` (console, TensorBoard, W&B — whatever ``trainer.logger`` lists).
 
-The diagnosis state travels with verl's checkpoints: ``_save_checkpoint`` / ``_load_checkpoint``
-call verl's own and add a ``seal/`` folder to ``global_step_<n>/``. ``_get_gen_batch`` (called by
-``fit()`` and ``_validate()`` right before rollout) attaches each row's environment parameters —
-the only way per-step interface settings derived from the capability state reach the episode
-runners in the Ray agent-loop workers.
+Around that one step hook, three small extensions of verl's own methods (each calls verl's):
+
+* ``_save_checkpoint`` / ``_load_checkpoint`` add a ``seal/`` folder (the diagnosis state) to
+  verl's ``global_step_<n>/`` checkpoint;
+* ``_get_gen_batch`` (called by ``fit()`` and ``_validate()`` right before rollout) attaches each
+  row's environment parameters — the only way per-step interface settings derived from the
+  capability state reach the episode runners in the Ray agent-loop workers;
+* ``_dump_generations`` writes the validation log in the project's format (contract 6).
 """
 
 from __future__ import annotations
@@ -31,8 +34,10 @@ import numpy as np
 from omegaconf import DictConfig
 
 from seal.config import ConfigError
+from seal.eval.logs import ValidationLogWriter
 from seal.trainer.hooks import SealHooks
-from seal.trainer.verl.batch import episode_rows, exclude_faults, fault_mask
+from seal.trainer.verl.batch import episode_rows, exclude_rows, excluded_mask
+from seal.trainer.verl.validation import RECORD_KEY, validation_records
 from verl import DataProto
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
@@ -82,17 +87,21 @@ class SealRayPPOTrainer(RayPPOTrainer):
         return output
 
     def seal_step(self, batch: DataProto) -> dict[str, float]:
-        """Steps (a) and (b) of the module docstring on ``batch``; returns ``seal/*`` metrics."""
+        """Steps (a)–(c) of the module docstring on ``batch`` (plus the epoch-end dump); returns
+        the ``seal/*`` metrics. Excluded episodes (faults, prompt overflow) are first taken out
+        of the update and of the GRPO baselines."""
         step = int(self.global_steps)
         steps_per_epoch = len(self.train_dataloader)
         epoch = (step - 1) // steps_per_epoch
         rows = episode_rows(batch)
-        faults = fault_mask(rows)
-        exclude_faults(batch, faults, adv_estimator=str(self.config.algorithm.adv_estimator),
-                       norm_adv_by_std_in_grpo=bool(self.config.algorithm.get("norm_adv_by_std_in_grpo", True)))
-        metrics = dict(self.seal_hooks.observe(rows, epoch=epoch, step=step))
+        excluded = excluded_mask(rows)
+        exclude_rows(batch, excluded, adv_estimator=str(self.config.algorithm.adv_estimator),
+                     norm_adv_by_std_in_grpo=bool(self.config.algorithm.get("norm_adv_by_std_in_grpo", True)))
+        # Excluded episodes say nothing about the policy: the capability state never sees them.
+        kept = [r for r, x in zip(rows, excluded.tolist()) if not x]
+        metrics = dict(self.seal_hooks.observe(kept, epoch=epoch, step=step))
         adv = batch.batch["advantages"]
-        tags = [None if f else r["tags"] for r, f in zip(rows, faults.tolist())]
+        tags = [None if x else r["tags"] for r, x in zip(rows, excluded.tolist())]
         new_adv, reweight_metrics = self.seal_hooks.reweight(adv, tags, step=step)
         batch.batch["advantages"] = new_adv.to(device=adv.device, dtype=adv.dtype)
         metrics.update(reweight_metrics)
@@ -118,6 +127,7 @@ class SealRayPPOTrainer(RayPPOTrainer):
         if "rollout_mode" not in ntb:
             return gen_batch
         categories = ntb.get("data_source", [None] * len(gen_batch))
+        infos = ntb.get("extra_info", [None] * len(gen_batch))
         epoch = (int(self.global_steps) - 1) // max(1, len(self.train_dataloader))
         cache: dict[tuple[str, Any], dict[str, Any]] = {}
         params = np.empty(len(gen_batch), dtype=object)
@@ -126,12 +136,36 @@ class SealRayPPOTrainer(RayPPOTrainer):
             if key not in cache:
                 cache[key] = self.seal_hooks.env_params(train=key[0] == "sample", category=cat)
             params[i] = cache[key]
-            info = ntb.get("extra_info", [None] * len(gen_batch))[i]
-            if key[0] == "sample" and isinstance(info, dict):
+            if key[0] == "sample" and isinstance(infos[i], dict):
                 # The same dict object sits in the training batch, so both stay consistent.
-                info["epoch"] = max(0, epoch)
+                infos[i]["epoch"] = max(0, epoch)
         ntb["env_params"] = params
         return gen_batch
+
+    # ------------------------------------------------------------------ validation log
+
+    def _dump_generations(self, inputs: list[str], outputs: list[str], gts: list[Any], scores: list[float],
+                          reward_extra_infos_dict: dict[str, list[Any]], dump_path: str) -> None:
+        """Write ``<dump_path>/<step>.jsonl`` in the project's validation-log format (contract 6).
+
+        verl calls this with ``trainer.validation_data_dir`` after each validation (and with
+        ``trainer.rollout_data_dir`` after each training step, when set). When the episode runner
+        supplied its ``seal_record`` column the lines are :class:`seal.eval.logs.ValidationRecord`
+        objects; otherwise verl's own dump is written.
+        """
+        records = reward_extra_infos_dict.get(RECORD_KEY)
+        if records is None or len(records) != len(scores):
+            super()._dump_generations(inputs, outputs, gts, scores, reward_extra_infos_dict, dump_path)
+            return
+        val = self.config.actor_rollout_ref.rollout.val_kwargs
+        generation = {"temperature": float(val.temperature), "top_p": float(val.top_p), "top_k": int(val.top_k),
+                      "do_sample": bool(val.do_sample), "n": int(val.n),
+                      "response_length": int(self.config.actor_rollout_ref.rollout.response_length)}
+        writer = ValidationLogWriter(dump_path)
+        path = writer.path_for(self.global_steps)
+        path.unlink(missing_ok=True)  # a re-run of the same step replaces its log
+        writer.write_many(validation_records(list(records), scores, step=self.global_steps, generation=generation))
+        logger.info("validation log: %d episodes in %s", len(scores), path)
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -177,6 +211,7 @@ def _episode_metrics(rows: list[Mapping[str, Any]]) -> dict[str, float]:
     llm = sum(bool(r["llm_fault"]) for r in rows)
     return {
         "seal/episodes": float(n),
+        "seal/excluded_episodes": float(sum(bool(r["env_fault"] or r["llm_fault"] or r["excluded"]) for r in rows)),
         "seal/env_fault_frac": env / n if n else 0.0,
         "seal/llm_fault_frac": llm / n if n else 0.0,
         "seal/success_rate": sum(bool(r["success"]) for r in rows) / n if n else 0.0,

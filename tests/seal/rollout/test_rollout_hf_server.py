@@ -164,12 +164,20 @@ def test_prefix_reuse_gives_the_same_answer_as_full_recompute() -> None:
     hits = cached.prefix_cache.hits
     again = gather(cached, follow, greedy)
     assert cached.prefix_cache.hits == hits + 2 and cached.prefix_cache.reused_tokens > 0
+    assert model.config._attn_implementation == "sdpa"  # the decode attention was switched back
     reference = gather(full, follow, greedy)
     for a, r in zip(again, reference):
         assert a.token_ids == r.token_ids
         assert torch.allclose(torch.tensor(a.log_probs), torch.tensor(r.log_probs), atol=1e-4)
     cached.update_weights(model)
     assert cached.prefix_cache.tokens == 0  # new weights invalidate the cached key/values
+    gather(cached, follow[:1], greedy)
+    assert cached.prefix_cache.tokens > 0
+    with torch.no_grad():  # an optimizer-style in-place update of the shared module...
+        model.model.norm.weight.mul_(1.5)
+    after = gather(cached, follow[:1], greedy)[0]  # ...is noticed: nothing stale is reused
+    fresh = gather(HFServerManager(model, _Tok(), autocast_dtype=None, prefix_cache_tokens=0), follow[:1], greedy)[0]
+    assert torch.allclose(torch.tensor(after.log_probs), torch.tensor(fresh.log_probs), atol=1e-4)
 
 
 def _entry(tokens: list[int]) -> Entry:

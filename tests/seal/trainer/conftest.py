@@ -123,6 +123,17 @@ def trainer_cfg(name: str = "t", extra: list[str] | None = None):
 
 
 @pytest.fixture
+def scripted_runner(tokenizer):
+    """``scripted_runner(faults=None)`` -> a :class:`ScriptedRunner` on SmolLM2's tokenizer."""
+    return lambda faults=None: ScriptedRunner(tokenizer, faults)
+
+
+@pytest.fixture
+def trainer_config():
+    return trainer_cfg
+
+
+@pytest.fixture
 def make_trainer(tokenizer, make_model):
     """Build a :class:`LocalTrainer` on the tiny model and the scripted runner."""
     from seal.trainer.local import LocalTrainer

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
 import torch
+import yaml
+from omegaconf import OmegaConf
 
-from seal.config import REPO_ROOT, compose_config
+from seal.config import REPO_ROOT, compose_config, validate_config
 from seal.diagnosis.state import CapabilityState
 from seal.trainer.hooks import STATE_FILE, SealHooks
 from seal.types import FailureTag
@@ -15,8 +18,19 @@ from seal.types import FailureTag
 SEAL_YAML = REPO_ROOT / "exp" / "SEAL.yaml"
 
 
+_BASE = {}
+
+
 def _hooks(tmp_path, *overrides):
-    return SealHooks(compose_config(SEAL_YAML, list(overrides)), tmp_path)
+    """Hooks on the paper's config plus ``key=value`` overrides (composed once per module)."""
+    if "cfg" not in _BASE:
+        _BASE["cfg"] = compose_config(SEAL_YAML)
+    cfg = copy.deepcopy(_BASE["cfg"])
+    for item in overrides:
+        key, value = item.split("=", 1)
+        OmegaConf.update(cfg, key, yaml.safe_load(value), merge=False)
+    validate_config(cfg)
+    return SealHooks(cfg, tmp_path)
 
 
 def _episode(task="multi_turn_base_1", reward=0.0, tags=(FailureTag.STATE_MISMATCH,), **extra):

@@ -34,6 +34,7 @@ def test_verl_is_the_pinned_version():
     ("_get_gen_batch", ["self", "batch"]),
     ("_save_checkpoint", ["self"]),
     ("_load_checkpoint", ["self"]),
+    ("_dump_generations", ["self", "inputs", "outputs", "gts", "scores", "reward_extra_infos_dict", "dump_path"]),
 ])
 def test_overridden_hooks_exist_with_the_expected_signature(name, params):
     base = getattr(RayPPOTrainer, name)
@@ -44,7 +45,8 @@ def test_overridden_hooks_exist_with_the_expected_signature(name, params):
 
 def test_subclass_overrides_only_these_methods():
     own = {k for k, v in vars(SealRayPPOTrainer).items() if callable(v) and k in vars(RayPPOTrainer)}
-    assert own == {"__init__", "_update_actor", "_get_gen_batch", "_save_checkpoint", "_load_checkpoint"}
+    assert own == {"__init__", "_update_actor", "_get_gen_batch", "_save_checkpoint", "_load_checkpoint",
+                   "_dump_generations"}
     assert "fit" not in vars(SealRayPPOTrainer)
 
 
@@ -71,7 +73,11 @@ def test_fit_calls_update_actor_after_grpo_advantages_and_before_checkpoint_and_
 
 
 def test_validation_also_builds_its_generation_batch_with_the_hook():
-    assert "self._get_gen_batch(test_batch)" in inspect.getsource(RayPPOTrainer._validate)
+    source = inspect.getsource(RayPPOTrainer._validate)
+    assert "self._get_gen_batch(test_batch)" in source
+    # The validation log receives every reward_extra_info column of the episodes.
+    assert "reward_extra_infos_dict[key].extend(values" in source
+    assert "reward_extra_infos_dict=reward_extra_infos_dict" in source and "self._dump_generations(" in source
 
 
 def test_task_runner_helpers_and_run_ppo():

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import make_trainer
+import torch
+from verl_testkit import make_trainer
 from omegaconf import OmegaConf
 
 from seal.config import REPO_ROOT, compose_config
@@ -27,7 +28,7 @@ from verl import DataProto  # noqa: E402
 from verl.experimental.agent_loop.agent_loop import (  # noqa: E402
     AgentLoopWorker, DictConfigWrap, ToolListWrap, _agent_loop_registry,
 )
-from verl.trainer.ppo.ray_trainer import RayPPOTrainer, compute_advantage  # noqa: E402
+from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: E402
 from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn  # noqa: E402
 
 from seal.trainer.verl.dataset import BfclTaskDataset  # noqa: E402
@@ -96,7 +97,17 @@ async def _rollout(cfg: Any, gen: DataProto, tokenizer: Any) -> DataProto:
     return worker._postprocess(outputs, input_non_tensor_batch=gen.non_tensor_batch, validate=False)
 
 
-def test_one_step_through_verls_rollout_path(tokenizer, tmp_path, monkeypatch):
+class ActorGroup:
+    """Stands in for the FSDP actor worker group: records the TensorDict verl would send."""
+
+    def update_actor(self, batch_td: Any) -> Any:
+        from verl.utils import tensordict_utils as tu
+
+        self.sent = batch_td
+        return tu.get_tensordict(tensor_dict={}, non_tensor_dict={"metrics": {"pg_loss": 0.5, "mfu": 0.0}})
+
+
+def test_one_step_through_verls_rollout_path(tokenizer, tmp_path):
     cfg = compose_config("exp/SEAL.yaml", ["env_service.url=null", "actor_rollout_ref.rollout.n=2"])
     dataset = BfclTaskDataset([TASK], rollout_mode="sample",
                               agent_name=str(cfg.actor_rollout_ref.rollout.agent.default_agent_loop))
@@ -117,10 +128,15 @@ def test_one_step_through_verls_rollout_path(tokenizer, tmp_path, monkeypatch):
     assert batch.batch["token_level_scores"].sum(-1).tolist() == [1.0, 0.0]
     batch = compute_advantage(batch, adv_estimator="grpo", num_repeat=2)
 
-    seen = {}
-    monkeypatch.setattr(RayPPOTrainer, "_update_actor", lambda self, b: seen.setdefault(
-        "out", DataProto.from_single_dict(data={}, meta_info={"metrics": {}})))
+    # verl's own _update_actor runs (DataProto -> TensorDict -> no-padding layout, with every
+    # SEAL column attached); only the Ray call into the FSDP workers is a stand-in.
+    trainer.distillation_config = None
+    trainer.actor_rollout_wg = ActorGroup()
     metrics = trainer._update_actor(batch).meta_info["metrics"]
+    sent = trainer.actor_rollout_wg.sent
+    assert torch.equal(sent["advantages"], batch.batch["advantages"])  # the A-Patch-scaled advantages
+    assert {"task_id", "tags", "check", "input_ids", "loss_mask"} <= set(sent.keys())
+    assert metrics["actor/pg_loss"] == 0.5 and "perf/mfu/actor" in metrics
     assert metrics["seal/observed_episodes"] == 2 and metrics["seal/success_rate"] == 0.5
     task = trainer.seal_hooks.state.tasks[TASK]
     assert task["count"] == 2 and task["success"] == 1
@@ -136,7 +152,8 @@ def test_agent_loops_yaml_names_the_registered_loop():
     from seal.rollout.agent_loop import AGENT_NAME, BfclAgentLoop
 
     (entry,) = OmegaConf.load(AGENT_LOOPS_YAML)
-    assert entry.name == AGENT_NAME == compose_config("exp/SEAL.yaml").actor_rollout_ref.rollout.agent.default_agent_loop
+    default = compose_config("exp/SEAL.yaml").actor_rollout_ref.rollout.agent.default_agent_loop
+    assert entry.name == AGENT_NAME == default
     assert entry._target_ == _agent_loop_registry[AGENT_NAME]["_target_"]  # @register in the module
     assert hydra.utils.get_class(entry._target_) is BfclAgentLoop
     assert Path(AGENT_LOOPS_YAML).parent == Path(__file__).resolve().parents[4] / "seal" / "trainer" / "verl"

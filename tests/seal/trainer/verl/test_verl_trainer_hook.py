@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from conftest import EPISODES, N_ROLLOUTS, make_batch, make_trainer
+from verl_testkit import EPISODES, N_ROLLOUTS, make_batch, make_trainer
 
 from seal.trainer.hooks import SealHooks
 from seal.trainer.verl.batch import episode_rows
@@ -78,8 +78,8 @@ def test_vanilla_rl_leaves_grpo_advantages_alone(vanilla_cfg, tmp_path, fake_act
     assert torch.equal(batch.batch["advantages"], grpo)
 
 
-def test_faulted_episodes_are_not_trained_on(seal_cfg, tmp_path, fake_actor_update):
-    faults = {1: "env_fault", 6: "llm_fault"}
+@pytest.mark.parametrize("faults", [{1: "env_fault", 6: "llm_fault"}, {2: "excluded"}], ids=["faults", "overflow"])
+def test_excluded_episodes_are_not_trained_on(seal_cfg, tmp_path, fake_actor_update, faults):
     batch = make_batch(faults)
     trainer = make_trainer(seal_cfg, tmp_path, step=2)
     metrics = trainer._update_actor(batch).meta_info["metrics"]
@@ -95,11 +95,13 @@ def test_faulted_episodes_are_not_trained_on(seal_cfg, tmp_path, fake_actor_upda
         clean.non_tensor_batch["uid"][keep.numpy()], norm_adv_by_std_in_grpo=True)
     rows = episode_rows(clean)
     hooks = SealHooks(seal_cfg, tmp_path / "reference")
-    hooks.observe(rows, epoch=0, step=2)
+    hooks.observe([r for r, k in zip(rows, keep) if k], epoch=0, step=2)
     expected, _ = hooks.reweight(kept_adv, [r["tags"] for r, k in zip(rows, keep) if k], step=2)
     torch.testing.assert_close(adv[keep], expected)
-    assert metrics["seal/skipped_fault_episodes"] == len(faults)
-    assert metrics["seal/env_fault_frac"] == pytest.approx(1 / len(EPISODES))
+    assert metrics["seal/excluded_episodes"] == len(faults)
+    assert metrics["seal/observed_episodes"] == len(EPISODES) - len(faults)
+    assert trainer.seal_hooks.state.observe_count == len(EPISODES) - len(faults)
+    assert metrics["seal/env_fault_frac"] == pytest.approx(list(faults.values()).count("env_fault") / len(EPISODES))
 
 
 def test_epoch_end_dumps_stats_and_state(seal_cfg, tmp_path, fake_actor_update):

@@ -1,0 +1,228 @@
+"""Config preparation for Ray workers, the task dataset, the rollout inputs, the runner factory."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+from verl_testkit import make_trainer
+
+from seal.config import REPO_ROOT, ConfigError, compose_config
+from seal.trainer.verl.dataset import BfclTaskDataset
+from seal.trainer.verl.main import AGENT_LOOPS_YAML, _RunnerFactory, prepare_config, run_verl
+
+
+def test_prepare_config_makes_paths_absolute_and_wires_the_workers(seal_cfg, tmp_path):
+    out = prepare_config(seal_cfg, base=tmp_path, exp_dir=tmp_path / "experiments" / "SEAL")
+    assert out.data.train_files == str(REPO_ROOT / "data" / "bfcl_train.parquet")  # found in the repo
+    assert out.trainer.validation_data_dir == str(tmp_path / "experiments" / "SEAL" / "validation_log")
+    assert out.trainer.default_local_dir == str(tmp_path / "checkpoints" / "seal" / "SEAL")
+    assert out.actor_rollout_ref.rollout.agent.agent_loop_config_path == str(AGENT_LOOPS_YAML)
+    env = out.ray_kwargs.ray_init.runtime_env.env_vars
+    assert env.PYTHONPATH.split(os.pathsep)[0] == str(REPO_ROOT)
+    assert env.TENSORBOARD_DIR == str(tmp_path / "experiments" / "SEAL" / "tensorboard")
+    assert "${" not in OmegaConf.to_yaml(out)  # resolved before it leaves the driver
+    assert seal_cfg.data.train_files == "data/bfcl_train.parquet"  # the input is not modified
+    assert out.actor_rollout_ref.model.path == "Qwen/Qwen2.5-7B-Instruct"  # a hub id stays as is
+
+
+def test_prepare_config_defaults_the_validation_log_to_the_experiment_folder(tmp_path):
+    cfg = compose_config("exp/SEAL.yaml", ["trainer.validation_data_dir=null"])
+    out = prepare_config(cfg, base=tmp_path, exp_dir=tmp_path / "exp")
+    assert out.trainer.validation_data_dir == str(tmp_path / "exp" / "validation_log")
+
+
+def test_prepare_config_finds_a_local_model_folder(tmp_path):
+    cfg = compose_config("exp/SEAL.yaml", ["actor_rollout_ref.model.path=models/SmolLM2-135M-Instruct"])
+    out = prepare_config(cfg, base=tmp_path, exp_dir=tmp_path)
+    if (REPO_ROOT / "models" / "SmolLM2-135M-Instruct").is_dir():
+        assert out.actor_rollout_ref.model.path == str(REPO_ROOT / "models" / "SmolLM2-135M-Instruct")
+    else:
+        assert out.actor_rollout_ref.model.path == "models/SmolLM2-135M-Instruct"
+
+
+def test_prepare_config_keeps_a_user_agent_loop_registry_and_ray_address(seal_cfg, tmp_path):
+    cfg = compose_config("exp/SEAL.yaml", ["ray_kwargs.ray_init.address=ray://head:10001",
+                                           f"actor_rollout_ref.rollout.agent.agent_loop_config_path={tmp_path}/l.yaml"])
+    out = prepare_config(cfg, base=tmp_path, exp_dir=tmp_path)
+    assert out.ray_kwargs.ray_init.address == "ray://head:10001"
+    assert out.actor_rollout_ref.rollout.agent.agent_loop_config_path == f"{tmp_path}/l.yaml"
+
+
+def test_run_verl_rejects_the_local_backend(tmp_path):
+    cfg = compose_config("exp/SEAL.yaml", ["trainer.backend=local"])
+    with pytest.raises(ConfigError, match="trainer.backend=verl"):
+        run_verl(cfg, exp_dir=tmp_path)
+
+
+@pytest.mark.parametrize(("override", "fragment"), [
+    ("trainer.use_v1=true", "trainer.use_v1=false"),
+    ("trainer.critic_warmup=2", "trainer.critic_warmup=0"),
+])
+def test_run_verl_rejects_settings_that_skip_the_hook(tmp_path, override, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        run_verl(compose_config("exp/SEAL.yaml", [override]), exp_dir=tmp_path)
+
+
+def test_run_verl_without_gpus_names_the_local_backend(tmp_path, monkeypatch):
+    import verl.utils.device
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(verl.utils.device, "is_device_available", lambda: False)
+    with pytest.raises(ConfigError, match="trainer.backend=local"):
+        run_verl(compose_config("exp/SEAL.yaml"), exp_dir=tmp_path)
+
+
+def test_runner_factory_keeps_options():
+    factory = _RunnerFactory("/x").options(runtime_env={"nsight": {}})
+    assert factory.exp_dir == "/x" and factory._options == {"runtime_env": {"nsight": {}}}
+
+
+def test_task_dataset_rows(seal_cfg):
+    train = BfclTaskDataset.from_config(seal_cfg, "train")
+    val = BfclTaskDataset.from_config(seal_cfg, "val")
+    assert len(train) == 400 and len(val) == 400 and not set(train.task_ids) & set(val.task_ids)
+    row = train[0]
+    assert row["task_id"] == row["index"] == row["extra_info"]["index"] == row["raw_prompt"][0]["content"]
+    assert row["rollout_mode"] == "sample" and val[0]["rollout_mode"] == "validate"
+    assert row["agent_name"] == "seal_bfcl" and row["data_source"] == row["task_id"].rsplit("_", 1)[0]
+    # 400 tasks / 32 per step (drop_last) = 12 steps per epoch; 6 epochs = the paper's 72 steps.
+    assert len(train) // seal_cfg.data.train_batch_size * seal_cfg.trainer.total_epochs == 72
+
+
+def test_task_dataset_follows_seal_tasks(seal_cfg):
+    cfg = OmegaConf.merge(seal_cfg, {"seal": {"tasks": {"categories": ["multi_turn_miss_func"], "max_val_tasks": 5}}})
+    val = BfclTaskDataset.from_config(cfg, "val")
+    assert len(val) == 5 and {r["data_source"] for r in (val[i] for i in range(5))} == {"multi_turn_miss_func"}
+    with pytest.raises(ValueError, match="rollout_mode"):
+        BfclTaskDataset(["multi_turn_base_0"], rollout_mode="train")
+
+
+def _gen_batch(trainer, rows):
+    import numpy as np
+    from verl import DataProto
+    from verl.utils.dataset.rl_dataset import collate_fn
+
+    batch = DataProto.from_single_dict(collate_fn(rows))
+    batch.non_tensor_batch["uid"] = np.array([f"u{i}" for i in range(len(rows))], dtype=object)
+    return batch, trainer._get_gen_batch(batch)
+
+
+def test_generation_batch_carries_env_params_per_mode(seal_cfg, vanilla_cfg, tmp_path):
+    train = BfclTaskDataset(["multi_turn_base_3", "multi_turn_long_context_9"], rollout_mode="sample")
+    val = BfclTaskDataset(["multi_turn_base_4"], rollout_mode="validate")
+    trainer = make_trainer(seal_cfg, tmp_path, step=13, steps_per_epoch=12)
+    batch, gen = _gen_batch(trainer, [train[0], train[1]])
+    params = gen.non_tensor_batch["env_params"]
+    assert [p["rollout_mode"] for p in params] == ["sample", "sample"]
+    assert params[0]["observation_lite"]["enable"] is True
+    assert [i["epoch"] for i in gen.non_tensor_batch["extra_info"]] == [1, 1]  # step 13 is in epoch 1
+    assert gen.non_tensor_batch["extra_info"][0] is batch.non_tensor_batch["extra_info"][0]
+    assert set(gen.non_tensor_batch) >= {"task_id", "rollout_mode", "agent_name", "raw_prompt", "env_params"}
+    assert "task_id" not in batch.non_tensor_batch  # popped for generation, as verl does
+
+    _, gen = _gen_batch(trainer, [val[0]])
+    assert gen.non_tensor_batch["env_params"][0]["rollout_mode"] == "validate"
+    assert "epoch" not in gen.non_tensor_batch["extra_info"][0]
+
+    _, gen = _gen_batch(make_trainer(vanilla_cfg, tmp_path / "v"), [train[0]])
+    assert gen.non_tensor_batch["env_params"][0]["observation_lite"]["enable"] is False
+
+
+@pytest.mark.slow
+def test_agent_loop_imports_in_a_ray_worker(seal_cfg, tmp_path):
+    """A Ray worker started with the prepared runtime env (from another directory) resolves the
+    agent loop the way verl's AgentLoopWorker does."""
+    ray = pytest.importorskip("ray")
+    out = prepare_config(seal_cfg, base=tmp_path, exp_dir=tmp_path)
+    runtime_env = OmegaConf.to_container(out.ray_kwargs.ray_init.runtime_env)
+    runtime_env.pop("py_executable", None)
+
+    def resolve(path: str) -> tuple[str, str]:
+        import hydra
+        from omegaconf import OmegaConf as OC
+
+        (entry,) = OC.load(path)
+        cls = hydra.utils.get_class(entry._target_)
+        return entry.name, f"{cls.__module__}.{cls.__qualname__}"
+
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        ray.init(num_cpus=1, include_dashboard=False, runtime_env=runtime_env)
+        name, target = ray.get(ray.remote(resolve).remote(
+            out.actor_rollout_ref.rollout.agent.agent_loop_config_path), timeout=240)
+        strategy = _RunnerFactory(str(tmp_path)).actor_options()["scheduling_strategy"]
+        assert strategy.node_id == ray.get_runtime_context().get_node_id() and not strategy.soft
+    finally:
+        ray.shutdown()
+        os.chdir(cwd)
+    assert (name, target) == ("seal_bfcl", "seal.rollout.agent_loop.BfclAgentLoop")
+    assert Path(tmp_path).is_dir()
+
+
+def _seal_record(task_id, valid, tags):
+    import json
+
+    return json.dumps({"task_id": task_id, "category": task_id.rsplit("_", 1)[0], "valid": valid, "tags": tags,
+                       "num_llm_calls": 3, "terminated_reason": "completed",
+                       "messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "U"},
+                                    {"role": "assistant", "content": "A"}]})
+
+
+def test_validation_log_in_the_project_format(seal_cfg, tmp_path):
+    from seal.eval.logs import read_log_dir
+
+    trainer = make_trainer(seal_cfg, tmp_path, step=10)
+    records = [_seal_record("multi_turn_base_4", True, ["pass"]),
+               _seal_record("multi_turn_miss_func_9", False, ["pass", "state_mismatch"])]
+    for _ in range(2):  # a repeated validation of the same step replaces the file
+        trainer._dump_generations(["i", "i"], ["o", "o"], [None, None], [1.0, 0.0],
+                                  {"reward": [1.0, 0.0], "seal_record": records}, str(tmp_path / "val"))
+    lines = read_log_dir(tmp_path / "val")[10]
+    assert [(r["task_id"], r["data_source"], r["score"], r["valid"]) for r in lines] == [
+        ("multi_turn_base_4", "multi_turn_base", 1.0, True),
+        ("multi_turn_miss_func_9", "multi_turn_miss_func", 0.0, False)]
+    assert lines[1]["tags"] == ["pass", "state_mismatch"] and lines[0]["generation"]["temperature"] == 0
+    assert lines[0]["input"] == "S\nU" and lines[0]["step"] == 10
+
+
+def test_validation_log_falls_back_to_verls_dump(seal_cfg, tmp_path):
+    import json
+
+    trainer = make_trainer(seal_cfg, tmp_path, step=3)
+    trainer._dump_executor = None
+    trainer._init_dump_executor()
+    trainer._dump_generations(["in"], ["out"], [None], [0.0], {"reward": [0.0]}, str(tmp_path / "val"))
+    trainer._shutdown_dump_executor()
+    line = json.loads((tmp_path / "val" / "3.jsonl").read_text())
+    assert line["input"] == "in" and line["score"] == 0.0
+
+
+def test_trainer_builds_as_verls_task_runner_builds_it(tmp_path):
+    """verl's TaskRunner steps up to a constructed trainer (no Ray workers are started)."""
+    model = REPO_ROOT / "models" / "SmolLM2-135M-Instruct"
+    if not (model / "config.json").is_file():
+        pytest.skip("models/SmolLM2-135M-Instruct is missing; run install.sh")
+    from verl.trainer.main_ppo_v0 import BaseTaskRunner
+    from verl.trainer.ppo.ray_trainer import Role
+
+    from seal.trainer.verl.main import build_trainer
+    from seal.trainer.verl.trainer import SealRayPPOTrainer
+
+    cfg = prepare_config(compose_config("exp/SEAL.yaml", [f"actor_rollout_ref.model.path={model}"]),
+                         base=tmp_path, exp_dir=tmp_path / "exp")
+    trainer = build_trainer(BaseTaskRunner(), cfg, tmp_path / "exp")
+    try:
+        assert isinstance(trainer, SealRayPPOTrainer)
+        assert len(trainer.train_dataloader) == 12 and trainer.total_training_steps == 72
+        assert len(trainer.val_dataloader) == 1 and len(trainer.val_dataset) == 400
+        assert Role.ActorRolloutRef in trainer.role_worker_mapping  # KL loss needs the reference policy
+        assert trainer.resource_pool_manager.resource_pool_spec == {"global_pool": [4]}
+        assert trainer.seal_hooks.state_dir == tmp_path / "exp" / "diagnostic_state"
+        first = next(iter(trainer.train_dataloader))
+        assert len(first["task_id"]) == 32 and set(first["rollout_mode"]) == {"sample"}
+    finally:
+        trainer._shutdown_dump_executor()

@@ -1,0 +1,117 @@
+"""Helpers of the verl-backend tests: hand-built ``DataProto`` batches and a ``SealRayPPOTrainer``
+built without Ray workers (the hooks under test need none)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from seal.types import FailureTag
+
+TASKS = ["multi_turn_base_3", "multi_turn_miss_func_7"]
+N_ROLLOUTS = 4
+RESPONSE_LEN = 6
+# Per row: reward, per-turn tags. Each task's group mixes passes and failures so GRPO gives
+# non-zero advantages, and the tags differ so A-Patch scales rows differently.
+EPISODES = [
+    (1.0, [FailureTag.PASS, FailureTag.PASS]),
+    (0.0, [FailureTag.PASS, FailureTag.SPURIOUS_TOOL_CALL]),
+    (0.0, [FailureTag.STATE_MISMATCH, FailureTag.EMPTY_TURN_MODEL_RESPONSE]),
+    (1.0, [FailureTag.PASS, FailureTag.PASS]),
+    (0.0, [FailureTag.INSTANCE_MISMATCH, FailureTag.RESPONSE_MISMATCH]),
+    (1.0, [FailureTag.PASS, FailureTag.PASS, FailureTag.CORRECT_ABSTENTION]),
+    (0.0, [FailureTag.RESPONSE_MISMATCH, FailureTag.GT_ERROR]),
+    (0.0, [FailureTag.SPURIOUS_TOOL_CALL, FailureTag.SPURIOUS_TOOL_CALL]),
+]
+
+
+def make_batch(faults: dict[int, str] | None = None, seed: int = 0) -> Any:
+    """A training batch as verl's ``fit()`` holds it right after ``compute_advantage`` (GRPO).
+
+    Rows are ``len(TASKS) * N_ROLLOUTS`` episodes; ``faults`` maps a row to ``env_fault``,
+    ``llm_fault`` or ``excluded`` (set, as the episode runner does, for every faulted row).
+    Advantages come from verl's own ``compute_advantage``.
+    """
+    from verl import DataProto
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    faults = faults or {}
+    gen = torch.Generator().manual_seed(seed)
+    b = len(EPISODES)
+    lengths = torch.randint(2, RESPONSE_LEN + 1, (b,), generator=gen)
+    mask = (torch.arange(RESPONSE_LEN).unsqueeze(0) < lengths.unsqueeze(1)).to(torch.int64)
+    scores = torch.zeros(b, RESPONSE_LEN)
+    for i, (reward, _) in enumerate(EPISODES):
+        scores[i, int(lengths[i]) - 1] = reward
+    task_ids = [t for t in TASKS for _ in range(N_ROLLOUTS)]
+    uids = [f"uid-{t}" for t in task_ids]
+
+    def obj(values: list) -> np.ndarray:
+        arr = np.empty(len(values), dtype=object)
+        arr[:] = values
+        return arr
+
+    batch = DataProto.from_single_dict({
+        "responses": torch.randint(0, 100, (b, RESPONSE_LEN), generator=gen),
+        "response_mask": mask,
+        "token_level_scores": scores,
+        "token_level_rewards": scores.clone(),
+        "uid": obj(uids),
+        "task_id": obj(task_ids),
+        "data_source": obj([t.rsplit("_", 1)[0] for t in task_ids]),
+        "tags": obj([[str(t) for t in tags] for _, tags in EPISODES]),
+        "check": obj([{"valid": reward >= 1.0} for reward, _ in EPISODES]),
+        "env_fault": obj([faults.get(i) == "env_fault" for i in range(b)]),
+        "llm_fault": obj([faults.get(i) == "llm_fault" for i in range(b)]),
+        "excluded": obj([faults.get(i) == "excluded" or i in faults for i in range(b)]),
+    })
+    return compute_advantage(batch, adv_estimator="grpo", num_repeat=N_ROLLOUTS, norm_adv_by_std_in_grpo=True)
+
+
+class FakeWorkerGroup:
+    """Stands in for the actor/rollout worker group in verl's checkpoint methods."""
+
+    def __init__(self) -> None:
+        self.saved: list[tuple[str, int]] = []
+        self.loaded: list[str] = []
+
+    def save_checkpoint(self, local_path: str, remote_path: Any, global_step: int,
+                        max_ckpt_to_keep: Any = None) -> None:
+        Path(local_path).mkdir(parents=True, exist_ok=True)
+        self.saved.append((local_path, global_step))
+
+    def load_checkpoint(self, local_path: str, del_local_after_load: bool = False) -> None:
+        self.loaded.append(local_path)
+
+
+class FakeLoader(list):
+    """A train dataloader of ``steps`` batches with the StatefulDataLoader state methods."""
+
+    def state_dict(self) -> dict[str, int]:
+        return {"consumed": len(self)}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.restored = state
+
+
+def make_trainer(cfg: Any, exp_dir: Path, *, step: int = 1, steps_per_epoch: int = 12, total_steps: int = 72) -> Any:
+    """A ``SealRayPPOTrainer`` with the attributes its hooks and verl's checkpoint methods read.
+
+    ``RayPPOTrainer.__init__`` (datasets, worker mapping) is bypassed: the hooks under test are
+    the subclass's, and the verl code they call runs on these attributes.
+    """
+    from seal.trainer.hooks import SealHooks
+    from seal.trainer.verl.trainer import SealRayPPOTrainer
+
+    trainer = object.__new__(SealRayPPOTrainer)
+    trainer.config = cfg
+    trainer.seal_hooks = SealHooks(cfg, exp_dir)
+    trainer.global_steps = step
+    trainer.total_training_steps = total_steps
+    trainer.train_dataloader = FakeLoader(range(steps_per_epoch))
+    trainer.actor_rollout_wg = FakeWorkerGroup()
+    trainer.use_critic = False
+    return trainer
