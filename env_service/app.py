@@ -26,7 +26,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from env_service import schemas
-from env_service.host import OpError, one_line, validation_summary
+from env_service.host import OpError, one_line
 from env_service.service import EnvService, ServiceConfig, observation_message
 
 logger = logging.getLogger(__name__)
@@ -52,15 +52,26 @@ def _error(status: int, code: str, message: str) -> JSONResponse:
 
 
 class _LatencyMiddleware:
-    """Records each request's duration per route path (pure ASGI: cheaper than BaseHTTPMiddleware)."""
+    """Records each request's duration per route path, and refuses oversized bodies before reading them.
+
+    Pure ASGI (cheaper than ``BaseHTTPMiddleware``).
+    """
 
     def __init__(self, app: Any, service: EnvService) -> None:
         self.app = app
         self.service = service
+        # JSON escaping can double a text's size; leave room for the rest of the body.
+        self.max_body = 4 * service.config.max_content_chars + 65536
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers") or ()).get(b"content-length", b"0")
+        if length.isdigit() and int(length) > self.max_body:
+            self.service.count_error("too_large")
+            response = _error(413, "too_large", f"request body of {int(length)} bytes exceeds {self.max_body}")
+            await response(scope, receive, send)
             return
         t0 = time.perf_counter()
         try:

@@ -13,8 +13,8 @@ Errors: :class:`EnvServiceError` means the request itself is wrong (a 4xx: do no
 Every call has an awaitable twin (``acreate``, ``astep``, ``aevaluate``, ``aget_info``, ``arelease``,
 ``aget_env_profile``) for asyncio callers such as an agent loop; it runs the same request.
 
-Retries: only idempotent calls (``healthz``, ``evaluate``, ``get_info``, ``release``,
-``get_env_profile``, ``metrics``) are retried on unavailability. ``create`` and ``step`` change
+Retries: only idempotent calls (``evaluate``, ``get_info``, ``release``, ``get_env_profile``,
+``metrics``) are retried on unavailability (``healthz`` is a probe: one try, never raises). ``create`` and ``step`` change
 state, so they are re-sent only when the connection could not even be opened (nothing was sent).
 
 Several URLs (replicas): an episode sticks to the replica chosen by a hash of its instance id, so every
@@ -273,8 +273,11 @@ class EnvClient:
     def in_process(cls, *, workers: int = 0, **config: Any) -> EnvClient:
         """A client with its own service in this process (no socket). ``config``: ServiceConfig fields.
 
-        ``workers=0`` (default) runs episodes on the service's loop thread; ``workers=N`` starts N
-        worker processes exactly as the HTTP service does.
+        ``workers=0`` (default) runs episodes on the service's loop thread: no processes to start,
+        but no watchdog either (a tool call that never returns would block the client; the
+        executor's per-call timer needs a main thread). ``workers=N`` starts N worker processes
+        exactly as the HTTP service does, with its request timeout: the safer choice for a long
+        training run on untrusted model output.
         """
         from env_service.service import EnvService, ServiceConfig
 

@@ -170,6 +170,7 @@ class WorkerPool:
                                f"exit code {process.exitcode}; see its log above") from None
         if hello != ("ready", process.pid):
             process.kill()
+            writer.close()
             raise RuntimeError(f"environment worker {slot} sent an unexpected greeting {hello!r}")
         worker = _Worker(slot, self._generations[slot], process, reader, writer)
         worker.reader_task = asyncio.create_task(self._read_loop(worker), name=f"env-worker-{slot}-reader")

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from env_service.bfcl.tasks import CATEGORIES, default_store
-from env_service.client import EnvClient, EnvServiceError
+from env_service.client import EnvClient
 from env_service.oracle import oracle_for_task
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -162,6 +162,24 @@ def test_episode_exception_is_a_500_without_traceback(http: TestClient) -> None:
     assert http.post("/v1/step", json={"instance_id": "boom", "content": "ok"}).status_code == 200
 
 
+def test_unexpected_errors_and_huge_bodies_get_one_line_answers() -> None:
+    app = create_app(ServiceConfig(workers=0, host_factory=scripted_host, max_content_chars=1000))
+
+    async def broken(req: object) -> None:
+        raise KeyError("a bug in the service itself")
+
+    with TestClient(app, raise_server_exceptions=False) as http:
+        app.state.service.v1_step = broken
+        detail = _assert_one_line_error(http.post("/v1/step", json={"instance_id": "x", "content": "y"}),
+                                        500, "internal")
+        assert "KeyError" in detail
+        _assert_one_line_error(http.post("/v1/create", json={"task_id": "t", "params": {"mode": "x" * 10**5}}),
+                               413, "too_large")
+        http.post("/v1/create", json={"task_id": "t", "instance_id": "long"})
+        _assert_one_line_error(http.post("/step", json={"instance_id": "long", "messages": {"content": "x" * 1001}}),
+                               413, "too_large")  # the compat route: the typed one is broken on purpose
+
+
 def test_instance_cap_answers_503_and_frees_on_release() -> None:
     with TestClient(create_app(ServiceConfig(workers=0, host_factory=scripted_host, max_instances=3))) as http:
         _fill_to_cap(http)

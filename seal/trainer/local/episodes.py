@@ -86,7 +86,7 @@ def episode_from_output(job: EpisodeJob, out: Any, reward_cfg: RewardConfig, *, 
         excluded=bool(ef.get("excluded") or ef.get("env_fault") or ef.get("llm_fault")),
         terminated_reason=str(ef.get("terminated_reason") or ""),
         num_llm_calls=int(ef.get("num_llm_calls") or 0),
-        attempts=attempts,
+        attempts=int(ef.get("env_attempts") or attempts),  # the runner's own retries count here
         messages=list(ef.get("messages") or []),
         check=dict(check) if check is not None else None,
     )
@@ -111,7 +111,7 @@ async def play_episode(runner: Any, job: EpisodeJob, sampling_params: Mapping[st
 
     (The project's runner retries inside ``run`` already; the trainer passes ``retries=0``.)
     """
-    reason = ""
+    reason, last = "", None
     for attempt in range(1, retries + 2):
         try:
             out = await runner.run(dict(sampling_params), task_id=job.task_id,
@@ -125,8 +125,10 @@ async def play_episode(runner: Any, job: EpisodeJob, sampling_params: Mapping[st
         ep = to_episode(job, out, attempt)
         if not ep.env_fault:
             return ep
-        reason = ep.fault_reason
+        reason, last = ep.fault_reason, ep
         logger.warning("episode %s#%d: environment fault (attempt %d): %s", job.task_id, job.sample, attempt, reason)
+    if last is not None:
+        return last
     return Episode(job.task_id, category_of(job.task_id), job.uid, job.sample, env_fault=True, excluded=True,
                    fault_reason=reason, attempts=retries + 1)
 

@@ -200,6 +200,7 @@ class LocalTrainer:
         episodes = self.play(jobs, train=True, epoch=epoch, desc=f"rollout step {step}")
         metrics = self.check_faults(episodes, step)
         t_rollout = time.time() - t0
+        logger.info("step %d: %d episodes played in %.1f s", step, len(episodes), t_rollout)
         # 3. The capability state observes the training episodes (faulted ones are skipped).
         metrics.update(self.hooks.observe([vars(e) for e in episodes], epoch=epoch, step=step))
         metrics.update(_episode_metrics(episodes))
@@ -212,6 +213,8 @@ class LocalTrainer:
             adv, apatch_metrics = self.hooks.reweight(adv, [e.tags for e in kept], step=step)
             metrics.update(apatch_metrics)
             # 6. PPO-clip + low_var_kl update, grad clip, AdamW.
+            logger.info("step %d: updating on %d episodes (%d tokens)", step, len(kept),
+                        sum(len(e.prompt_ids) + len(e.response_ids) for e in kept))
             metrics.update(policy_update(
                 self.model, self.ref_model, self.optimizer, batch, adv, self.loss_settings,
                 device=self.device, autocast=str(self.local.autocast),
@@ -226,15 +229,17 @@ class LocalTrainer:
             self.hooks.end_epoch(epoch, step)
         metrics.update(self.hooks.step_metrics())
         metrics.update({"train/epoch": float(epoch), "timing/rollout_s": t_rollout,
-                        "timing/step_s": time.time() - t0})
+                        "timing/update_s": time.time() - t0 - t_rollout, "timing/step_s": time.time() - t0})
         return metrics
 
     # ------------------------------------------------------------------ validation
 
     def validate(self, step: int) -> dict[str, float]:
         """Greedy, one episode per validation task, untouched interface; writes the step's log."""
+        t0 = time.time()
         jobs = [EpisodeJob(t, uid=t, sample=0) for t in self.val_ids]
         episodes = self.play(jobs, train=False, epoch=self.sampler.pos.epoch, desc=f"validation step {step}")
+        logger.info("validation at step %d: %d episodes in %.1f s", step, len(episodes), time.time() - t0)
         write_validation_log(self.exp_dir / "validation_log", step, episodes, self.sampling_params(train=False),
                              split="val", tokenizer=self.tokenizer)
         return validation_metrics(episodes)

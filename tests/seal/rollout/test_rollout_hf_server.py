@@ -204,3 +204,17 @@ def test_filter_scores() -> None:
     assert torch.isinf(filter_scores(scores, 2, 1.0)).tolist() == [[False, False, True, True]]
     assert torch.isinf(filter_scores(scores, -1, 0.7)).tolist() == [[False, False, True, True]]
     assert torch.isinf(filter_scores(scores, -1, 0.4)).tolist() == [[False, True, True, True]]
+
+
+def test_autocast_engines_agree() -> None:
+    """Under bf16 autocast (the local trainer's setting) the cached engine matches model.generate."""
+    model = tiny_model()
+    greedy = {"temperature": 0, "max_tokens": 6}
+    answers = []
+    for tokens in (4096, 0):
+        server = HFServerManager(model, _Tok(), autocast_dtype=torch.bfloat16, prefix_cache_tokens=tokens)
+        first = gather(server, PROMPTS, greedy)
+        answers.append(gather(server, [p + o.token_ids + [40] for p, o in zip(PROMPTS, first)], greedy))
+    assert [o.token_ids for o in answers[0]] == [o.token_ids for o in answers[1]]
+    for a, b in zip(*answers):
+        assert torch.allclose(torch.tensor(a.log_probs), torch.tensor(b.log_probs), atol=2e-2)

@@ -106,7 +106,7 @@ class NoEnv:
 
 
 def trainer_cfg(name: str = "t", extra: list[str] | None = None):
-    """The quickstart config shrunk for tests: 4 training tasks, 2 per step, n=2, no tensorboard."""
+    """The quickstart config for tests: 4 training tasks, 2 per step, n=2, no tensorboard."""
     overrides = [
         f"trainer.experiment_name={name}",
         f"seal.tasks.train_ids=[{','.join(TRAIN_IDS)}]",
@@ -116,6 +116,8 @@ def trainer_cfg(name: str = "t", extra: list[str] | None = None):
         "seal.local.progress_bars=false",
         "actor_rollout_ref.actor.optim.weight_decay=0.0",
         "trainer.total_training_steps=2",
+        "data.train_batch_size=2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
         "trainer.test_freq=2",
         "trainer.save_freq=1",
     ]

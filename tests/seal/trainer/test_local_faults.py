@@ -89,9 +89,13 @@ def test_service_stopped_mid_run(tmp_path, tokenizer, make_model, trainer_config
         observed = trainer.hooks.state.observe_count
         proc.terminate()
         proc.wait(timeout=30)
+        seen = []
+        real_check = trainer.check_faults
+        trainer.check_faults = lambda eps, step: (seen.extend(eps), real_check(eps, step))[1]
         with pytest.raises(EnvFaultError, match="2 of 2 episodes faulted") as info:
             trainer.train_step()
         assert url in str(info.value)
+        assert [(e.env_fault, e.attempts, e.trainable) for e in seen] == [(True, 2, False)] * 2  # retried once
         assert trainer.hooks.state.observe_count == observed
     finally:
         trainer.close()
