@@ -27,7 +27,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -264,20 +264,35 @@ def _plt():
     return plt
 
 
+def _integer_steps(ax: Any, steps: Iterable[int]) -> None:
+    """Integer step ticks; a lone step is centred instead of drawn on a +-0.05 axis."""
+    from matplotlib.ticker import MaxNLocator
+
+    uniq = sorted(set(steps))
+    if len(uniq) == 1:
+        ax.set_xticks(uniq)
+        ax.set_xlim(uniq[0] - 1, uniq[0] + 1)
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def plot_pass_rates(runs: dict[str, Run], path: Path, split: str) -> None:
     plt = _plt()
     fig, axes = plt.subplots(1, len(COLS), figsize=(3.1 * len(COLS), 3.3), dpi=110, sharey=True)
     for ax, col in zip(axes, COLS):
-        for name, run in runs.items():
+        for i, (name, run) in enumerate(runs.items()):
             steps = [s for s in run.steps if col in run.steps[s]]
             means = [run.steps[s][col][0] for s in steps]
             stds = [run.steps[s][col][1] for s in steps]
-            line = ax.plot(steps, means, marker="o", label=name)[0]
+            # Shrinking hollow markers keep runs with equal rates visible as concentric rings.
+            line = ax.plot(steps, means, marker="o", markersize=4 + 3 * (len(runs) - i),
+                           markerfacecolor="none", label=name)[0]
             if run.repeats > 1:
                 ax.fill_between(steps, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)],
                                 color=line.get_color(), alpha=0.15)
         ax.set_title(COL_NAMES[col])
         ax.set_xlabel("training step")
+        _integer_steps(ax, [s for run in runs.values() for s in run.steps])
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(f"pass rate (%), split {split}")
     axes[0].set_ylim(-2, 102)
@@ -315,11 +330,9 @@ def plot_series_grid(series: dict[str, dict[int, dict[str, float]]], path: Path,
             ax.set_ylim(0, 1)
         ax.set_title(f"{name}: {title}", fontsize=9)
         ax.set_xlabel("step")
+        _integer_steps(ax, steps)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-        if len(steps) == 1:
-            ax.set_xticks(steps)
-            ax.set_xlim(steps[0] - 1, steps[0] + 1)
     handles = [plt.Line2D([], [], color=colours[k], linewidth=6 if stacked else 2) for k in keys]
     fig.legend(handles, keys, fontsize=7, loc="center right")
     fig.tight_layout(rect=(0, 0, 1 - 1.7 / (4.2 * len(names) + 1.8), 1))
@@ -329,11 +342,13 @@ def plot_series_grid(series: dict[str, dict[int, dict[str, float]]], path: Path,
 
 def plot_rewards(curves: dict[str, dict[int, float]], path: Path, key: str) -> None:
     plt = _plt()
+
     fig, ax = plt.subplots(figsize=(6, 3.6), dpi=110)
     for name, c in curves.items():
         steps = sorted(c)
         ax.plot(steps, [c[s] for s in steps], marker=".", label=name)
     ax.set_xlabel("training step")
+    _integer_steps(ax, [s for c in curves.values() for s in c])
     ax.set_ylabel(key)
     ax.set_title("training reward")
     ax.grid(alpha=0.3)
@@ -389,7 +404,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
-    runs = {name: load_run(name, path, args.split) for name, path in parse_runs(args.run).items()}
+    try:
+        runs = {name: load_run(name, path, args.split) for name, path in parse_runs(args.run).items()}
+    except (FileNotFoundError, ValueError) as exc:
+        raise SystemExit(f"make_tables: {exc}") from None
     args.out.mkdir(parents=True, exist_ok=True)
     note = (f"Ours: pass rate (%) on split `{args.split}` at step `{args.step}`; paper: SEAL Table "
             "{t} ({b}, 400 held-in tasks); Δ = ours − paper. Gain = Avg − backbone Avg.")

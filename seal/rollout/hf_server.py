@@ -17,10 +17,12 @@ the batch is one left-padded ``model.generate`` call, which recomputes every con
 Semantics, documented because the trainer relies on them:
 
 * **Weights.** ``dtype=None`` (default) generates with the very module object passed in, so a
-  trainer that updates that module in place is always sampled on-policy; ``autocast`` (bf16 by
-  default) runs its matmuls in bf16 while the master weights stay fp32. ``dtype=torch.bfloat16``
-  keeps a private bf16 copy instead (faster on CPU, half the memory of a second fp32 copy); then
-  call :meth:`HFServerManager.update_weights` after every optimizer step. Generation switches the
+  trainer that updates that module in place is always sampled on-policy; ``autocast_dtype`` (bf16
+  by default, ``None`` = off) runs its matmuls in bf16 while the master weights stay fp32.
+  ``dtype=torch.bfloat16`` keeps a private bf16 copy instead (half the memory of a second fp32
+  copy); then call :meth:`HFServerManager.update_weights` after every optimizer step, which copies
+  the weights in. On the 2-core CPU of docs/benchmarks.md, bf16 made prefill faster but decoding
+  no faster than fp32 (see "## Rollout" there). Generation switches the
   module to eval mode for the call (so gradient checkpointing does not disable the KV cache) and
   restores its training flag afterwards; do not run the trainer on the shared module concurrently.
 * **Log-probs.** ``log_probs[i]`` is ``log_softmax(logits / T)`` of the sampled token, computed from

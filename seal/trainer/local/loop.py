@@ -98,7 +98,8 @@ class LocalTrainer:
         self.loop = asyncio.new_event_loop()
         self.runner = self.loop.run_until_complete(self._build_runner(runner_factory or default_runner_factory))
         self.train_ids = select_task_ids(cfg, "train", prompt_tokens=self.prompt_tokens)
-        self.val_ids = select_task_ids(cfg, "val", prompt_tokens=self.prompt_tokens)
+        wants_val = bool(cfg.trainer.val_before_train) or int(cfg.trainer.test_freq or 0) > 0
+        self.val_ids = select_task_ids(cfg, "val", prompt_tokens=self.prompt_tokens) if wants_val else []
         self.sampler = TaskSampler(self.train_ids, int(cfg.data.train_batch_size), seed=int(cfg.data.seed),
                                    shuffle=bool(cfg.data.get("shuffle", True)))
         self.total_steps = self._total_steps()
@@ -180,10 +181,11 @@ class LocalTrainer:
                                "environment" if e.env_fault else "LLM", e.fault_reason)
         limit = float(self.local.max_fault_fraction)
         if frac > limit:
+            where = self.cfg.env_service.urls or self.cfg.env_service.url or "in-process"
             raise EnvFaultError(
                 f"step {step}: {env + llm} of {len(episodes)} episodes faulted ({env} environment, {llm} LLM), "
-                f"more than seal.local.max_fault_fraction={limit}; is the environment service up "
-                f"({self.cfg.env_service.url})? The last checkpoint is intact; fix the service and resume.")
+                f"more than seal.local.max_fault_fraction={limit}; is the environment service up ({where})? "
+                "The last checkpoint is intact: fix the cause and run the same command again to resume.")
         return {"train/env_faults": float(env), "train/llm_faults": float(llm)}
 
     # ------------------------------------------------------------------ one step

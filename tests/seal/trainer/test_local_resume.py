@@ -33,6 +33,7 @@ def _train_tasks(runner):
     return [c["task_id"] for c in runner.calls if c["rollout_mode"] == "sample"]
 
 
+@pytest.mark.slow
 def test_resume_continues_exactly(tmp_path, make_trainer):
     full, full_runner = _fit(make_trainer, tmp_path / "full", [])
 
