@@ -20,6 +20,10 @@ Limits: ``max_llm_calls`` per episode, an optional per-turn cap, and the context
 A faulted episode has ``excluded=True``, an all-zero ``response_mask`` and reward 0, so even a
 trainer that forgets to drop it cannot train on it.
 
+Every episode (faulted ones too) also carries ``extra_fields["reward_extra_info"]`` =
+``{"seal_record": <JSON>}``: the validation-log fields that the verl backend's validation dump
+(:mod:`seal.trainer.verl.validation`) reads back.
+
 Dataset-row kwargs read by :meth:`run`: ``task_id`` (required), ``rollout_mode`` (``sample`` for
 training, ``validate`` for validation), optional ``env_params`` (merged over ``env_service.bfcl``;
 the trainer delivers guideline lines this way), optional ``extra_info`` (``epoch`` for the reward's
@@ -43,6 +47,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutp
 from seal.rollout.few_shot import with_few_shot
 from seal.rollout.settings import RolloutSettings, episode_params, make_env_client, select
 from seal.rollout.tokens import ChatFormat, TokenTrace, clip_text
+from seal.trainer.verl.validation import RECORD_KEY
 
 log = logging.getLogger(__name__)
 
@@ -319,12 +324,36 @@ class BfclAgentLoop(AgentLoopBase):
             "excluded": excluded, "error": episode.error, "env_attempts": attempts,
             "clipped_observations": episode.clipped_observations,
         }
+        # verl copies extra_fields["reward_extra_info"] into the batch as one column per key, taking
+        # the keys from the batch's first episode: so every episode, faulted or not, carries the
+        # same single key. The trainer's validation dump turns the column into the project's log.
+        extra["reward_extra_info"] = {RECORD_KEY: json.dumps(_seal_record(episode, check, extra, trace))}
         return AgentLoopOutput(
             prompt_ids=prompt_ids, response_ids=list(trace.response_ids), response_mask=mask,
             response_logprobs=list(trace.response_logprobs) if trace.has_logprobs and trace.response_ids else None,
             reward_score=score, num_turns=1 + episode.num_llm_calls + episode.observations,
             metrics={"generate_sequences": episode.generate_s, "tool_calls": episode.env_s},
             extra_fields=extra)
+
+
+def _seal_record(episode: _Episode, check: Mapping[str, Any] | None, extra: Mapping[str, Any],
+                 trace: TokenTrace) -> dict[str, Any]:
+    """The validation-log fields of one episode (read by ``seal.trainer.verl.validation``)."""
+    check = check or {}
+    faulted = bool(extra["env_fault"] or extra["llm_fault"])
+    error = extra["error"]
+    if faulted:
+        error = ("environment fault: " if extra["env_fault"] else "LLM fault: ") + str(error or "")
+    return {
+        "task_id": extra["task_id"], "category": extra["category"],
+        "valid": bool(check.get("valid")) and not extra["excluded"],
+        "error_type": check.get("error_type"), "tags": [str(t) for t in extra["tags"]],
+        "num_llm_calls": episode.num_llm_calls, "num_prompt_tokens": len(trace.prompt_ids),
+        "num_response_tokens": int(sum(trace.response_mask)),
+        "terminated_reason": episode.terminated_reason or "", "messages": episode.messages,
+        "model_turns": check.get("model_turns"), "env_fault": bool(extra["env_fault"]),
+        "llm_fault": bool(extra["llm_fault"]), "error": error,
+    }
 
 
 def _extra_info(value: Any) -> dict:

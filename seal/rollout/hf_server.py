@@ -10,8 +10,9 @@ among them and each answer is cut to its own limit.
 
 Two engines do the batch. With ``prefix_cache_tokens > 0`` (default) the server keeps the
 key/values of recent contexts (:mod:`seal.rollout.kv_cache`): each request computes only the part
-of its context not seen before (in an episode, the last observation), then the rows decode together
-in a loop of the server's own (temperature, top-k, top-p sampling). With ``prefix_cache_tokens=0``
+of its context not seen before (in an episode, the last observation), the rows' new parts are
+prefilled together in padded forwards (:func:`~seal.rollout.kv_cache.prefill_many`), then the rows
+decode together in a loop of the server's own (temperature, top-k, top-p sampling). With ``prefix_cache_tokens=0``
 the batch is one left-padded ``model.generate`` call, which recomputes every context in full.
 
 Semantics, documented because the trainer relies on them:
@@ -65,6 +66,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_TOKENS = 512
 DEFAULT_PREFIX_CACHE_TOKENS = 65536  # ~1.5 GB of SmolLM2 key/values in bf16, 3 GB in fp32
+# A request sharing this many more tokens with a batch-mate than with the cache waits for it.
+SHARED_PREFIX_MIN = 32
 
 
 @dataclass(frozen=True)
@@ -354,14 +357,7 @@ class HFServerManager:
         """Prefill each request past its longest cached prefix, then decode all rows together."""
         store = self.prefix_cache
         shape = kv_cache.KVShape.of(self.model.config, self._kv_dtype())
-        rows, first = [], []
-        for req in batch:
-            tokens = torch.tensor(req.prompt_ids, dtype=torch.long)
-            entry, reuse = store.lookup(tokens)
-            row, logits = kv_cache.prefill(self.model, shape, req.prompt_ids, entry, reuse)
-            store.put(row)  # siblings later in this batch (same task, same prompt) reuse it
-            rows.append(row)
-            first.append(logits)
+        rows, first = self._prefill_rows(batch, shape)
         key = batch[0].key
         generator = None
         if self.seed is not None:
@@ -383,6 +379,35 @@ class HFServerManager:
             store.put(entry)
         return [TokenOutput(token_ids=t, log_probs=lp, stop_reason="completed" if done else "length")
                 for t, lp, done in zip(out.tokens, out.logprobs, out.stopped)]
+
+    def _prefill_rows(self, batch: list[_Request], shape: kv_cache.KVShape
+                      ) -> tuple[list[kv_cache.Entry], list[torch.Tensor]]:
+        """Prefill every request past its longest cached prefix, rows batched together.
+
+        Requests sharing a long uncached prefix with an earlier one in the batch (the n episodes
+        of one task on their first call) wait for a second wave, so that prefix is computed once
+        and they reuse it. Returns the rows' entries and next-token logits (V,), in batch order.
+        """
+        store = self.prefix_cache
+        contexts = [torch.tensor(r.prompt_ids, dtype=torch.long) for r in batch]
+        rows: list[kv_cache.Entry | None] = [None] * len(batch)
+        first: list[torch.Tensor | None] = [None] * len(batch)
+        pending = list(range(len(batch)))
+        while pending:
+            wave, deferred, items = [], [], []
+            for i in pending:
+                _, reuse = store.lookup(contexts[i], record=False)
+                if any(kv_cache.common_prefix(contexts[j], contexts[i]) > reuse + SHARED_PREFIX_MIN for j in wave):
+                    deferred.append(i)
+                    continue
+                entry, reuse = store.lookup(contexts[i])
+                wave.append(i)
+                items.append(kv_cache.PrefillItem(batch[i].prompt_ids, entry, reuse))
+            for i, (row, logits) in zip(wave, kv_cache.prefill_many(self.model, shape, items)):
+                store.put(row)
+                rows[i], first[i] = row, logits
+            pending = deferred
+        return [r for r in rows if r is not None], [f for f in first if f is not None]
 
     def _hf_generate_batch(self, batch: list[_Request], stop_ids: set[int]) -> list[TokenOutput]:
         """Left-pad ``batch`` into (B, L) and run one ``model.generate``."""

@@ -145,9 +145,10 @@ class PrefixStore:
     def tokens(self) -> int:
         return sum(len(e) for e in self.entries)
 
-    def lookup(self, tokens: torch.Tensor) -> tuple[Entry | None, int]:
+    def lookup(self, tokens: torch.Tensor, *, record: bool = True) -> tuple[Entry | None, int]:
         """The entry sharing the longest prefix with ``tokens`` and that length, which is kept
-        below ``len(tokens)`` so at least one token is computed (its logits start the answer)."""
+        below ``len(tokens)`` so at least one token is computed (its logits start the answer).
+        ``record=False`` only looks (no hit counted, no recency update)."""
         best, best_len = None, 0
         for entry in self.entries:
             m = common_prefix(entry.tokens, tokens)
@@ -156,9 +157,10 @@ class PrefixStore:
         best_len = min(best_len, int(tokens.shape[0]) - 1)
         if best is None or best_len <= 0:
             return None, 0
-        best.stamp = next(self._clock)
-        self.hits += 1
-        self.reused_tokens += best_len
+        if record:
+            best.stamp = next(self._clock)
+            self.hits += 1
+            self.reused_tokens += best_len
         return best, best_len
 
     def put(self, entry: Entry) -> None:
@@ -197,6 +199,89 @@ def prefill(model: Model, shape: KVShape, tokens: list[int], entry: Entry | None
                 position_ids=torch.arange(reuse, n)[None], past_key_values=cache, use_cache=True, logits_to_keep=1)
     ids = torch.tensor(tokens, dtype=torch.long)
     return Entry(ids, [k[0] for k in keys], [v[0] for v in values]), out.logits[0, -1].float()
+
+
+@dataclass(frozen=True)
+class PrefillItem:
+    """One context to prefill: its ``tokens`` and the stored ``entry`` whose first ``reuse`` match."""
+
+    tokens: list[int]
+    entry: Entry | None
+    reuse: int
+
+    @property
+    def new(self) -> int:
+        return len(self.tokens) - (self.reuse if self.entry is not None else 0)
+
+
+def prefill_many(model: Model, shape: KVShape, items: list[PrefillItem], token_budget: int = 4096
+                 ) -> list[tuple[Entry, torch.Tensor]]:
+    """:func:`prefill` for several contexts, rows with similar new-token counts in one forward.
+
+    Rows are sorted by how many tokens they add and cut into chunks whose longest row is at most
+    twice the shortest (plus 32), so padding wastes little, and whose padded size (rows x longest)
+    stays within ``token_budget`` (the attention scores grow with it). A chunk of one row takes
+    the single-row path. Returns one ``(entry, logits (V,))`` per item, in order.
+    """
+    order = sorted(range(len(items)), key=lambda i: items[i].new)
+    chunks: list[list[int]] = []
+    for i in order:
+        n = items[i].new
+        chunk = chunks[-1] if chunks else None
+        if chunk is None or n > 2 * items[chunk[0]].new + 32 or (len(chunk) + 1) * n > token_budget:
+            chunks.append([i])
+        else:
+            chunk.append(i)
+    results: list[tuple[Entry, torch.Tensor] | None] = [None] * len(items)
+    for chunk in chunks:
+        if len(chunk) == 1:
+            it = items[chunk[0]]
+            results[chunk[0]] = prefill(model, shape, it.tokens, it.entry, it.reuse)
+            continue
+        for i, out in zip(chunk, prefill_padded(model, shape, [items[i] for i in chunk])):
+            results[i] = out
+    return [r for r in results if r is not None]
+
+
+def prefill_padded(model: Model, shape: KVShape, items: list[PrefillItem]) -> list[tuple[Entry, torch.Tensor]]:
+    """Prefill several rows in one forward over their cached prefixes (each row's own length).
+
+    Layout of the (B, H, P + Q, D) buffers, P = longest reused prefix, Q = most new tokens: row i's
+    reused key/values are right-aligned in ``[P - r_i, P)`` and its n_i new tokens in
+    ``[P + Q - n_i, P + Q)``; the gaps are padding. A 4-D boolean mask (B, 1, Q, P + Q) lets each
+    new token see its own prefix and its own earlier new tokens only; a padding query sees just
+    itself, so no row of the mask is empty (an empty row makes SDPA return NaN, which would then
+    reach the padding keys). Keys sit at their true RoPE positions, as in :func:`prefill`.
+    """
+    b = len(items)
+    reuse = [it.reuse if it.entry is not None else 0 for it in items]
+    new = [len(it.tokens) - r for it, r in zip(items, reuse)]
+    p, q = max(reuse), max(new)
+    keys, values = shape.buffers(b, p + q)
+    input_ids = torch.zeros(b, q, dtype=torch.long)
+    positions = torch.zeros(b, q, dtype=torch.long)
+    allowed = torch.zeros(b, 1, q, p + q, dtype=torch.bool)
+    diag = torch.arange(q)
+    allowed[:, 0, diag, p + diag] = True  # every query sees itself (padding queries only that)
+    for i, (it, r, n) in enumerate(zip(items, reuse, new)):
+        if r:
+            for k, v, ek, ev in zip(keys, values, it.entry.keys, it.entry.values):
+                k[i, :, p - r:p] = ek[:, :r]
+                v[i, :, p - r:p] = ev[:, :r]
+        input_ids[i, q - n:] = torch.tensor(it.tokens[r:])
+        positions[i, q - n:] = torch.arange(r, r + n)
+        allowed[i, 0, q - n:, p - r:p] = True
+        allowed[i, 0, q - n:, p + q - n:] = torch.ones(n, n, dtype=torch.bool).tril()
+    cache = Cache(layers=[BufferLayer(k, v, p) for k, v in zip(keys, values)])
+    out = model(input_ids=input_ids, attention_mask=allowed, position_ids=positions, past_key_values=cache,
+                use_cache=True, logits_to_keep=1)
+    logits = out.logits[:, -1].float()
+    results = []
+    for i, (it, r, n) in enumerate(zip(items, reuse, new)):
+        row_k = [torch.cat([k[i, :, p - r:p], k[i, :, p + q - n:]], dim=1) for k in keys]
+        row_v = [torch.cat([v[i, :, p - r:p], v[i, :, p + q - n:]], dim=1) for v in values]
+        results.append((Entry(torch.tensor(it.tokens, dtype=torch.long), row_k, row_v), logits[i]))
+    return results
 
 
 @dataclass

@@ -207,3 +207,34 @@ def test_bad_task_id_is_a_clear_error(scripted_server: Any, tokenizer: Any, env_
 
     with pytest.raises(ValueError, match="no_such_task"):
         asyncio.run(go())
+
+
+def test_every_episode_carries_the_validation_record(scripted_server: Any, tokenizer: Any, env_client: Any) -> None:
+    """verl builds one batch column per reward_extra_info key, keyed by the first episode: faulted
+    episodes must carry the same key, and the verl backend's dump must read the records back."""
+    import json
+
+    from seal.trainer.verl.validation import RECORD_KEY, validation_records
+
+    good = run_episode(make_config(), scripted_server([CALL_STOCK, "NVDA trades at its listed price.",
+                                                       CALL_FUND, "Done."]), tokenizer, env_client)
+    llm_fault = run_episode(make_config(), scripted_server([CALL_STOCK, "<FAIL>"]), tokenizer, env_client)
+    env_fault = run_episode(make_config(env_retries=0), scripted_server([], default=CALL_STOCK), tokenizer,
+                            FlakyClient(env_client, {1}))
+    outs = [good, llm_fault, env_fault]
+    infos = [o.extra_fields["reward_extra_info"] for o in outs]
+    assert all(list(info) == [RECORD_KEY] and isinstance(info[RECORD_KEY], str) for info in infos)
+    records = validation_records([info[RECORD_KEY] for info in infos], [o.reward_score for o in outs], step=5,
+                                 generation={"temperature": 0.0})
+    assert [(r.task_id, r.valid, r.score) for r in records] == [(TASK, True, 1.0), (TASK, False, 0.0),
+                                                                (TASK, False, 0.0)]
+    first = records[0]
+    assert first.data_source == "multi_turn_base" and first.tags == [FailureTag.PASS, FailureTag.PASS]
+    assert first.num_llm_calls == 4 and first.terminated_reason == "completed" and first.error is None
+    assert first.num_prompt_tokens == len(good.prompt_ids) and first.num_response_tokens == sum(good.response_mask)
+    assert first.messages == good.extra_fields["messages"]
+    assert first.model_turns == good.extra_fields["check"]["model_turns"] and len(first.model_turns) == 2
+    assert records[1].error.startswith("LLM fault") and records[1].terminated_reason == LLM_ERROR
+    assert records[2].error.startswith("environment fault") and records[2].terminated_reason == "env_error"
+    raw = [json.loads(info[RECORD_KEY]) for info in infos]
+    assert [(r["env_fault"], r["llm_fault"]) for r in raw] == [(False, False), (False, True), (True, False)]

@@ -11,7 +11,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from verl.workers.rollout.replica import TokenOutput
 
 from seal.rollout.hf_server import HFServerManager, _Request, filter_scores, parse_sampling_params
-from seal.rollout.kv_cache import Entry, PrefixStore
+from seal.rollout.kv_cache import Entry, KVShape, PrefillItem, PrefixStore, prefill, prefill_many, prefill_padded
 
 VOCAB = 256
 EOS = 2
@@ -218,3 +218,47 @@ def test_autocast_engines_agree() -> None:
     assert [o.token_ids for o in answers[0]] == [o.token_ids for o in answers[1]]
     for a, b in zip(*answers):
         assert torch.allclose(torch.tensor(a.log_probs), torch.tensor(b.log_probs), atol=2e-2)
+
+
+def test_padded_prefill_equals_one_row_at_a_time() -> None:
+    """Rows with different cached lengths (and none) prefilled in one forward: same logits and
+    key/values as the single-row path and as a full forward without cache."""
+    model = tiny_model().eval()
+    shape = KVShape.of(model.config, torch.float32)
+    base = list(range(3, 40))
+    with torch.no_grad():
+        stored, _ = prefill(model, shape, base, None, 0)
+        items = [PrefillItem(base + [50, 51, 52], stored, len(base)), PrefillItem(base[:20] + [60] * 9, stored, 20),
+                 PrefillItem([7, 8, 9, 10, 11], None, 0), PrefillItem(base + [70], stored, len(base))]
+        together = prefill_padded(model, shape, items)
+        assert [len(e) for e, _ in prefill_many(model, shape, items)] == [len(it.tokens) for it in items]
+        for it, (entry, logits) in zip(items, together):
+            single, single_logits = prefill(model, shape, it.tokens, it.entry, it.reuse)
+            full = model(torch.tensor([it.tokens])).logits[0, -1]
+            assert entry.tokens.tolist() == it.tokens
+            assert torch.allclose(logits, single_logits, atol=1e-5) and torch.allclose(logits, full, atol=1e-5)
+            for a, b in zip(entry.keys + entry.values, single.keys + single.values):
+                assert a.shape == b.shape and torch.allclose(a, b, atol=1e-5)
+
+
+def test_batched_follow_up_calls_match_one_at_a_time() -> None:
+    """Episodes' next calls (cached prefixes of different lengths) in one batch give the same tokens
+    and log-probs as one at a time; a group sharing a new prompt computes it once."""
+    model = tiny_model()
+    greedy = {"temperature": 0, "max_tokens": 6}
+    shared = list(range(3, 33))
+    prompts = [shared + [40], shared + [41], shared + [42, 43], [5, 6, 7]]
+    outs = []
+    for batch_size in (8, 1):
+        server = HFServerManager(model, _Tok(), autocast_dtype=None, max_batch_size=batch_size)
+        first = (gather(server, prompts, greedy) if batch_size > 1
+                 else [gather(server, [p], greedy)[0] for p in prompts])
+        if batch_size > 1:  # the three siblings reused the first one's prefix, computed once
+            assert server.prefix_cache.reused_tokens >= 2 * len(shared)
+        follow = [p + o.token_ids + [60 + i] * (i + 1) for i, (p, o) in enumerate(zip(prompts, first))]
+        again = (gather(server, follow, greedy) if batch_size > 1
+                 else [gather(server, [p], greedy)[0] for p in follow])
+        outs.append(first + again)
+    for a, b in zip(*outs):
+        assert a.token_ids == b.token_ids
+        assert torch.allclose(torch.tensor(a.log_probs), torch.tensor(b.log_probs), atol=1e-4)
