@@ -4,20 +4,23 @@
 
 - ``OpenAIChatPolicy``: any OpenAI-compatible ``/v1/chat/completions`` endpoint (a vLLM server, a
   hosted model), with bounded concurrency and bounded retries;
-- ``HFChatPolicy``: a local Hugging Face checkpoint (CPU or GPU), chat template + ``generate``;
-  concurrent callers are batched into one left-padded ``generate``.
+- ``HFChatPolicy``: a local Hugging Face checkpoint on CPU, an adapter over the rollout engine
+  (:class:`seal.rollout.hf_server.HFServerManager`): concurrent callers are batched and each
+  conversation's key/values are reused from call to call.
 
 Both also offer ``complete_with_usage`` (text plus token counts), which the runner prefers.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import queue
 import random
 import re
 import threading
 import time
+import uuid
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -183,27 +186,28 @@ class OpenAIChatPolicy:
 # --------------------------------------------------------------------------- local HF checkpoint
 
 
-@dataclass
-class _Request:
-    prompt_ids: list[int]
-    sampling: SamplingSettings
-    done: threading.Event
-    result: Completion | None = None
-    error: BaseException | None = None
-
-
 class HFChatPolicy:
-    """A local HF causal LM behind the chat template, batching concurrent requests.
+    """A local HF causal LM behind the chat template, served by the rollout engine.
 
-    Requests that arrive within ``batch_wait_s`` of each other and share sampling settings run
-    as one left-padded ``generate`` of at most ``max_batch_size`` rows and ``max_batch_tokens``
-    padded prompt tokens (batch 8 is ~3.5x the decode tokens/s of batch 1 on CPU, but long
-    prompts are prefill-bound and a padded batch of them only costs memory). The chat template
-    gets no ``tools=``: the environment's system prompt already lists the tools.
+    A thin adapter over :class:`seal.rollout.hf_server.HFServerManager` (the engine the trainer
+    samples with): chat template -> token ids -> ``generate`` -> decoded text. Concurrent callers
+    (threads) are batched by the server, and each conversation's key/values are kept between its
+    calls, so a multi-turn episode prefills only its new messages. The chat template gets no
+    ``tools=``: the environment's system prompt already lists the tools.
 
-    With ``prefix_cache=N`` requests run one at a time and reuse the KV cache of the longest
-    matching earlier conversation (up to N kept): each call of a multi-turn episode then only
-    prefills the new messages instead of the whole (several-thousand-token) prompt again.
+    Args:
+        model_path: a HF checkpoint directory.
+        device: ``"cpu"`` only (the engine runs on CPU; serve GPU checkpoints with vLLM and use
+            :class:`OpenAIChatPolicy`).
+        dtype: ``auto`` (fp32 on CPU), ``float32``, ``bfloat16`` or ``float16``.
+        max_batch_size: most requests generated together.
+        max_batch_tokens: most padded new prompt tokens in one prefill forward.
+        batch_wait_s: collect further requests while each arrives within this gap.
+        context_length: the context window (default: the model's ``max_position_embeddings``).
+        prefix_cache_tokens: key/value positions kept for reuse (0 = no reuse, one padded
+            ``generate`` per batch).
+        prefix_cache: deprecated (a number of conversations); ``N > 0`` keeps ``N`` full contexts
+            of key/values, ``0`` turns reuse off. Use ``prefix_cache_tokens``.
     """
 
     def __init__(
@@ -216,31 +220,37 @@ class HFChatPolicy:
         max_batch_tokens: int = 16384,
         batch_wait_s: float = 0.05,
         context_length: int | None = None,
-        prefix_cache: int = 0,
+        prefix_cache_tokens: int | None = None,
+        prefix_cache: int | None = None,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from seal.rollout.hf_server import DEFAULT_PREFIX_CACHE_TOKENS, HFServerManager
+
+        if device != "cpu":
+            raise ValueError(f"device={device!r}: HFChatPolicy runs on CPU; for a GPU, serve the checkpoint "
+                             "with vLLM and evaluate it through the endpoint policy (--endpoint)")
         self._torch = torch
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        torch_dtype = _resolve_dtype(torch, dtype, device)
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype).to(device)
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=_resolve_dtype(torch, dtype, device))
         self.model.eval()
         self.device = device
         self.context_length = context_length or int(
             getattr(self.model.config, "max_position_embeddings", 0) or 0
         ) or None
-        self.max_batch_size = max_batch_size
-        self.max_batch_tokens = max_batch_tokens
-        # Conversation KV caches, most recent last: (token ids the cache holds, cache).
-        self.prefix_cache = prefix_cache
-        self._caches: list[tuple[list[int], Any]] = []
-        self.batch_wait_s = batch_wait_s
-        self._queue: queue.Queue[_Request] = queue.Queue()
-        self._worker = threading.Thread(target=self._serve, name="hf-policy", daemon=True)
-        self._worker.start()
+        cache_tokens = _cache_tokens(prefix_cache_tokens, prefix_cache, self.context_length,
+                                     DEFAULT_PREFIX_CACHE_TOKENS)
+        # No autocast: greedy evaluation runs in the checkpoint's own dtype (fp32 on CPU keeps it
+        # identical to the trainer's fp32 reference numbers).
+        self.server = HFServerManager(
+            self.model, self.tokenizer, max_batch_size=max_batch_size, batch_wait_ms=batch_wait_s * 1e3,
+            autocast_dtype=None, prefix_cache_tokens=cache_tokens, prefill_token_budget=max_batch_tokens)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="hf-policy", daemon=True)
+        self._thread.start()
 
     # -- public ------------------------------------------------------------------------------
 
@@ -270,142 +280,49 @@ class HFChatPolicy:
                 f"prompt of {len(ids)} tokens + max_tokens {sampling.max_tokens} exceeds the "
                 f"context length {self.context_length}"
             )
-        req = _Request(prompt_ids=ids, sampling=sampling, done=threading.Event())
-        self._queue.put(req)
-        req.done.wait()
-        if req.error is not None:
-            raise PolicyError(f"generation failed: {req.error}") from req.error
-        assert req.result is not None
-        return req.result
-
-    # -- batching worker -----------------------------------------------------------------------
-
-    def _serve(self) -> None:
-        while True:
-            first = self._queue.get()
-            if self.prefix_cache:
-                try:
-                    first.result = self._generate_cached(first)
-                except Exception as exc:  # handed to the caller, which raises PolicyError
-                    first.error = exc
-                first.done.set()
-                continue
-            batch = [first]
-            deadline = time.monotonic() + self.batch_wait_s
-            while len(batch) < self.max_batch_size:
-                timeout = deadline - time.monotonic()
-                if timeout <= 0:
-                    break
-                try:
-                    nxt = self._queue.get(timeout=timeout)
-                except queue.Empty:
-                    break
-                width = max(len(r.prompt_ids) for r in [*batch, nxt])
-                if nxt.sampling != first.sampling or width * (len(batch) + 1) > self.max_batch_tokens:
-                    # It cannot share this generate call (other settings, or over the token
-                    # budget); it is served next round.
-                    self._queue.put(nxt)
-                    break
-                batch.append(nxt)
-            try:
-                for req, res in zip(batch, self._generate(batch)):
-                    req.result = res
-            except Exception as exc:  # handed to every waiting caller, which raises PolicyError
-                for req in batch:
-                    req.error = exc
-            for req in batch:
-                req.done.set()
-
-    def _generate_kwargs(self, s: SamplingSettings) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"max_new_tokens": s.max_tokens, "pad_token_id": self.tokenizer.pad_token_id}
-        if s.temperature > 0:
-            kwargs.update(do_sample=True, temperature=s.temperature, top_p=s.top_p)
-        else:
-            # Explicit Nones silence the checkpoint's sampling defaults under greedy decoding.
-            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        return kwargs
+        params: dict[str, Any] = {"temperature": sampling.temperature, "top_p": sampling.top_p,
+                                  "max_tokens": sampling.max_tokens}
+        eos = self.tokenizer.eos_token_id
+        if eos is not None:  # the tokenizer's eos ends a reply too, next to the generation config's
+            params["stop_token_ids"] = [int(eos)]
+        call = self.server.generate(uuid.uuid4().hex, ids, params)
+        try:
+            out = asyncio.run_coroutine_threadsafe(call, self._loop).result()
+        except Exception as exc:  # any engine failure is the caller's PolicyError
+            raise PolicyError(f"generation failed: {type(exc).__name__}: {exc}") from exc
+        row = list(out.token_ids)
+        finish = "stop" if out.stop_reason == "completed" else "length"
+        if finish == "stop":
+            row = row[:-1]  # the stop id itself is not part of the reply
+        text = self.tokenizer.decode(row, skip_special_tokens=True)
+        return Completion(text, len(ids), len(row), finish)
 
     def set_seed(self, seed: int) -> None:
         """Seed torch's generator (sampling runs only; batching still changes the draw order)."""
         self._torch.manual_seed(seed)
 
-    def _take_cache(self, ids: list[int]) -> Any:
-        """The kept cache sharing the longest prefix with ``ids``, cropped to it (or a new one)."""
-        from transformers import DynamicCache
+    def close(self) -> None:
+        """Stop the serving loop and the engine's thread."""
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self.server.close()
 
-        best, best_len = None, 0
-        for i, (held, _) in enumerate(self._caches):
-            n = 0
-            for a, b in zip(held, ids):
-                if a != b:
-                    break
-                n += 1
-            if n > best_len:
-                best, best_len = i, n
-        # Every conversation starts with the same system-prompt preamble; a cache is only worth
-        # taking (and so removing from its own conversation) when most of it matches.
-        if best is None or best_len < max(16, len(self._caches[best][0]) // 2):
-            return DynamicCache()
-        _, cache = self._caches.pop(best)
-        cache.crop(min(best_len, len(ids) - 1))  # at least one prompt token must be fed
-        return cache
 
-    def _generate_cached(self, req: _Request) -> Completion:
-        """Batch-1 ``generate`` continuing a kept KV cache; the cache is kept for the next call."""
-        torch = self._torch
-        cache = self._take_cache(req.prompt_ids)
-        reused = cache.get_seq_length()
-        ids = torch.tensor([req.prompt_ids], dtype=torch.long, device=self.device)  # (1, T)
-        kwargs = self._generate_kwargs(req.sampling)
-        t0 = time.monotonic()
-        with torch.inference_mode():
-            out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                                      past_key_values=cache, **kwargs)
-        row = out[0, len(req.prompt_ids):].tolist()
-        held = (req.prompt_ids + row)[: cache.get_seq_length()]
-        self._caches.append((held, cache))
-        del self._caches[: -self.prefix_cache]
-        logger.debug("generate: %d prompt tokens (%d cached), %d new, %.1fs", len(req.prompt_ids), reused,
-                     len(row), time.monotonic() - t0)
-        eos = self.tokenizer.eos_token_id
-        finish = "length"
-        if eos in row:
-            row = row[: row.index(eos)]
-            finish = "stop"
-        return Completion(self.tokenizer.decode(row, skip_special_tokens=True), len(req.prompt_ids), len(row), finish)
-
-    def _generate(self, batch: list[_Request]) -> list[Completion]:
-        """One left-padded ``generate`` for ``batch``; returns one Completion per request."""
-        torch = self._torch
-        pad = self.tokenizer.pad_token_id
-        width = max(len(r.prompt_ids) for r in batch)
-        input_ids = torch.full((len(batch), width), pad, dtype=torch.long)  # (B, T)
-        attention = torch.zeros((len(batch), width), dtype=torch.long)  # (B, T)
-        for i, r in enumerate(batch):
-            input_ids[i, width - len(r.prompt_ids):] = torch.tensor(r.prompt_ids)
-            attention[i, width - len(r.prompt_ids):] = 1
-        kwargs = self._generate_kwargs(batch[0].sampling)
-        t0 = time.monotonic()
-        with torch.inference_mode():
-            out = self.model.generate(
-                input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device), **kwargs
-            )
-        new = out[:, width:].cpu()  # (B, T_new)
-        logger.debug("generate: batch %d x %d prompt tokens, %d new, %.1fs", len(batch), width,
-                     new.shape[1], time.monotonic() - t0)
-        eos = self.tokenizer.eos_token_id
-        results = []
-        for i, r in enumerate(batch):
-            row = new[i].tolist()
-            finish = "length"
-            if eos in row:
-                row = row[: row.index(eos)]
-                finish = "stop"
-            while row and row[-1] == pad:
-                row.pop()
-            text = self.tokenizer.decode(row, skip_special_tokens=True)
-            results.append(Completion(text, len(r.prompt_ids), len(row), finish))
-        return results
+def _cache_tokens(tokens: int | None, conversations: int | None, context_length: int | None, default: int) -> int:
+    """Key/value positions to keep, from ``prefix_cache_tokens`` or the deprecated ``prefix_cache``."""
+    if conversations is not None:
+        if tokens is not None:
+            raise ValueError("pass prefix_cache_tokens or the deprecated prefix_cache, not both")
+        warnings.warn("HFChatPolicy(prefix_cache=N) is deprecated: pass prefix_cache_tokens (key/value "
+                      "positions kept; 0 = no reuse)", DeprecationWarning, stacklevel=3)
+        if conversations < 0:
+            raise ValueError(f"prefix_cache={conversations} must be >= 0")
+        return conversations * (context_length or 8192)
+    if tokens is None:
+        return default
+    if tokens < 0:
+        raise ValueError(f"prefix_cache_tokens={tokens} must be >= 0 (0 = no key/value reuse)")
+    return tokens
 
 
 def _resolve_dtype(torch: Any, dtype: str, device: str) -> Any:

@@ -66,6 +66,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_TOKENS = 512
 DEFAULT_PREFIX_CACHE_TOKENS = 65536  # ~1.5 GB of SmolLM2 key/values in bf16, 3 GB in fp32
+DEFAULT_PREFILL_TOKEN_BUDGET = 4096
 # A request sharing this many more tokens with a batch-mate than with the cache waits for it.
 SHARED_PREFIX_MIN = 32
 
@@ -190,17 +191,23 @@ class HFServerManager:
         seed: see "Randomness" in the module docstring.
         default_max_tokens: ``max_tokens`` when a request names none.
         prefix_cache_tokens: positions of key/values kept for reuse (0 = use ``model.generate``).
+        prefill_token_budget: most padded new tokens (rows x longest) in one prefill forward of
+            the prefix-reuse engine; larger batches are split.
     """
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, *, max_batch_size: int = 16,
                  batch_wait_ms: float = 30.0, max_wait_ms: float = 500.0, dtype: torch.dtype | None = None,
                  autocast_dtype: torch.dtype | None = torch.bfloat16, seed: int | None = None,
                  default_max_tokens: int = DEFAULT_MAX_TOKENS,
-                 prefix_cache_tokens: int = DEFAULT_PREFIX_CACHE_TOKENS) -> None:
+                 prefix_cache_tokens: int = DEFAULT_PREFIX_CACHE_TOKENS,
+                 prefill_token_budget: int = DEFAULT_PREFILL_TOKEN_BUDGET) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         if batch_wait_ms < 0 or max_wait_ms < 0:
             raise ValueError("batch_wait_ms and max_wait_ms must be >= 0")
+        if prefill_token_budget < 1:
+            raise ValueError(f"prefill_token_budget must be >= 1, got {prefill_token_budget}")
+        self.prefill_token_budget = prefill_token_budget
         self.model = copy.deepcopy(model).to(dtype) if dtype is not None else model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
@@ -403,7 +410,8 @@ class HFServerManager:
                 entry, reuse = store.lookup(contexts[i])
                 wave.append(i)
                 items.append(kv_cache.PrefillItem(batch[i].prompt_ids, entry, reuse))
-            for i, (row, logits) in zip(wave, kv_cache.prefill_many(self.model, shape, items)):
+            done = kv_cache.prefill_many(self.model, shape, items, self.prefill_token_budget)
+            for i, (row, logits) in zip(wave, done):
                 store.put(row)
                 rows[i], first[i] = row, logits
             pending = deferred

@@ -123,25 +123,28 @@ def test_hf_policy_batched_equals_single_and_counts_tokens(tiny_checkpoint):
     with ThreadPoolExecutor(3) as ex:
         batched = list(ex.map(lambda p: complete_with_usage(pol, p, s), prompts))
     assert [c.text for c in batched] == [c.text for c in single]
+    assert pol.server.stats.batch_sizes[:3] == [1, 1, 1] and max(pol.server.stats.batch_sizes[3:]) > 1
     assert single[0].prompt_tokens == pol.count_tokens(MSGS) > 5
     assert all(0 < c.completion_tokens <= 6 for c in single)
+    assert all(c.finish_reason in ("stop", "length") for c in single)
     with pytest.raises(ContextOverflowError, match="context length 512"):
         pol.complete([{"role": "user", "content": "word " * 600}], s)
+    pol.close()
 
 
 @pytest.mark.slow
 def test_hf_prefix_cache_gives_the_same_greedy_text(tiny_checkpoint):
-    plain = HFChatPolicy(str(tiny_checkpoint))
-    cached = HFChatPolicy(str(tiny_checkpoint), prefix_cache=2)
+    plain = HFChatPolicy(str(tiny_checkpoint), prefix_cache_tokens=0)  # one padded generate per batch
+    cached = HFChatPolicy(str(tiny_checkpoint))
+    assert plain.server.prefix_cache is None and cached.server.prefix_cache is not None
     s = SamplingSettings(max_tokens=5)
     convo = [{"role": "system", "content": "You call tools."}, {"role": "user", "content": "List the files."}]
     for turn in range(3):
         a, b = plain.complete(convo, s), cached.complete(convo, s)
         assert a == b, turn
         convo = convo + [{"role": "assistant", "content": a}, {"role": "user", "content": f"result {turn}"}]
-    assert len(cached._caches) == 1  # one conversation, its cache carried from call to call
-    held, cache = cached._caches[0]
-    assert cache.get_seq_length() == len(held) > cached.count_tokens(convo[:2])
+    store = cached.server.prefix_cache
+    assert store.hits == 2 and store.reused_tokens > cached.count_tokens(convo[:2])  # calls 2 and 3 reused
 
 
 def test_openai_context_overflow_is_its_own_error():
@@ -153,13 +156,14 @@ def test_openai_context_overflow_is_its_own_error():
         pol.complete(MSGS, SamplingSettings())
 
 
-@pytest.mark.slow
-def test_hf_prefix_cache_is_not_stolen_by_a_conversation_sharing_only_the_preamble(tiny_checkpoint):
-    pol = HFChatPolicy(str(tiny_checkpoint), prefix_cache=4)
-    s = SamplingSettings(max_tokens=3)
-    preamble = "You call tools. " * 10
-    a = [{"role": "system", "content": preamble}, {"role": "user", "content": "first conversation " * 40}]
-    b = [{"role": "system", "content": preamble}, {"role": "user", "content": "second"}]
-    pol.complete(a, s)
-    pol.complete(b, s)
-    assert len(pol._caches) == 2  # b built its own cache instead of cropping a's
+def test_hf_policy_arguments_map_onto_the_engine(tiny_checkpoint):
+    with pytest.warns(DeprecationWarning, match="prefix_cache_tokens"):
+        old = HFChatPolicy(str(tiny_checkpoint), prefix_cache=2, max_batch_tokens=300, max_batch_size=3)
+    assert old.server.prefix_cache.max_tokens == 2 * 512  # two full contexts of the 512-token model
+    assert old.server.prefill_token_budget == 300 and old.server.max_batch_size == 3
+    with pytest.warns(DeprecationWarning):
+        assert HFChatPolicy(str(tiny_checkpoint), prefix_cache=0).server.prefix_cache is None
+    with pytest.raises(ValueError, match="not both"):
+        HFChatPolicy(str(tiny_checkpoint), prefix_cache=1, prefix_cache_tokens=10)
+    with pytest.raises(ValueError, match="vLLM"):
+        HFChatPolicy(str(tiny_checkpoint), device="cuda")
