@@ -265,15 +265,16 @@ def _plt():
 
 
 def _integer_steps(ax: Any, steps: Iterable[int]) -> None:
-    """Integer step ticks; a lone step is centred instead of drawn on a +-0.05 axis."""
+    """Integer step ticks over the steps of every run, also in a panel that has only one point."""
     from matplotlib.ticker import MaxNLocator
 
     uniq = sorted(set(steps))
-    if len(uniq) == 1:
-        ax.set_xticks(uniq)
-        ax.set_xlim(uniq[0] - 1, uniq[0] + 1)
-    else:
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if not uniq:
+        return
+    lo, hi = (uniq[0] - 1, uniq[0] + 1) if len(uniq) == 1 else (uniq[0], uniq[-1])
+    pad = 0.05 * (hi - lo)
+    ax.set_xlim(lo - pad, hi + pad)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def plot_pass_rates(runs: dict[str, Run], path: Path, split: str) -> None:
