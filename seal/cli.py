@@ -27,14 +27,15 @@ def add_eval_arguments(ap: argparse.ArgumentParser) -> None:
     src.add_argument("--served-model", help="model name to send to --endpoint")
     src.add_argument("--api-key-env", default="OPENAI_API_KEY",
                      help="environment variable holding the endpoint's API key (default %(default)s)")
-    src.add_argument("--device", default="cpu", help="--model device: cpu or cuda (default %(default)s)")
+    src.add_argument("--device", default="cpu",
+                     help="--model device: cpu (on GPUs, serve the model with vLLM and use --endpoint)")
     src.add_argument("--dtype", default="auto", help="--model dtype: auto, float32, bfloat16, float16")
     src.add_argument("--batch-size", type=int, default=8, help="--model: max requests per generate")
     src.add_argument("--batch-tokens", type=int, default=16384,
                      help="--model: max padded prompt tokens per generate (default %(default)s)")
-    src.add_argument("--prefix-cache", type=int, default=0,
-                     help="--model: keep KV caches of N conversations and run calls one at a time, "
-                          "so each call only prefills its new messages (good for long prompts on CPU)")
+    src.add_argument("--prefix-cache-tokens", type=int, default=None,
+                     help="--model: key/value positions kept for reuse across calls, so a call only "
+                          "prefills its new messages (default: the engine's 65536; 0 = no reuse)")
 
     tasks = ap.add_argument_group("tasks")
     tasks.add_argument("--split", default="val", choices=["train", "val", "test", "eval"])
@@ -76,7 +77,8 @@ def build_policy(args: argparse.Namespace) -> Any:
         if not Path(args.model).is_dir():
             raise SystemExit(f"seal eval: --model {args.model} is not a directory (a HF checkpoint)")
         return HFChatPolicy(args.model, device=args.device, dtype=args.dtype, max_batch_size=args.batch_size,
-                            max_batch_tokens=args.batch_tokens, prefix_cache=args.prefix_cache)
+                            max_batch_tokens=args.batch_tokens,
+                            prefix_cache_tokens=args.prefix_cache_tokens)
     if not args.served_model:
         raise SystemExit("seal eval: --endpoint needs --served-model NAME")
     return OpenAIChatPolicy(args.endpoint, args.served_model, api_key=os.environ.get(args.api_key_env),

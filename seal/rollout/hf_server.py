@@ -166,12 +166,15 @@ class ServerStats:
     requests: int = 0
     generated_tokens: int = 0
     generate_seconds: float = 0.0
+    prefill_seconds: float = 0.0  # prefix-reuse engine only: prefill part of generate_seconds
+    decode_seconds: float = 0.0  # prefix-reuse engine only: decode part
     batch_sizes: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, float]:
         n = max(self.batches, 1)
         return {"batches": self.batches, "requests": self.requests, "generated_tokens": self.generated_tokens,
                 "generate_seconds": round(self.generate_seconds, 3),
+                "prefill_seconds": round(self.prefill_seconds, 3), "decode_seconds": round(self.decode_seconds, 3),
                 "mean_batch_size": round(sum(self.batch_sizes) / n, 2),
                 "tokens_per_second": round(self.generated_tokens / max(self.generate_seconds, 1e-9), 2)}
 
@@ -364,7 +367,9 @@ class HFServerManager:
         """Prefill each request past its longest cached prefix, then decode all rows together."""
         store = self.prefix_cache
         shape = kv_cache.KVShape.of(self.model.config, self._kv_dtype())
+        started = time.monotonic()
         rows, first = self._prefill_rows(batch, shape)
+        self.stats.prefill_seconds += time.monotonic() - started
         key = batch[0].key
         generator = None
         if self.seed is not None:
@@ -380,8 +385,10 @@ class HFServerManager:
         def logprob_of(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
             return torch.log_softmax(logits / temperature, dim=-1).gather(1, tokens[:, None]).squeeze(1)
 
+        started = time.monotonic()
         out = kv_cache.decode(self.model, shape, rows, torch.stack(first), [r.max_tokens for r in batch],
                               choose, logprob_of, stop_ids, self.pad_id)
+        self.stats.decode_seconds += time.monotonic() - started
         for entry in out.entries:
             store.put(entry)
         return [TokenOutput(token_ids=t, log_probs=lp, stop_reason="completed" if done else "length")

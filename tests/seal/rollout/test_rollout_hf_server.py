@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 import torch
@@ -255,6 +254,8 @@ def test_batched_follow_up_calls_match_one_at_a_time() -> None:
                  else [gather(server, [p], greedy)[0] for p in prompts])
         if batch_size > 1:  # the three siblings reused the first one's prefix, computed once
             assert server.prefix_cache.reused_tokens >= 2 * len(shared)
+            assert 0 < server.stats.prefill_seconds and 0 < server.stats.decode_seconds
+            assert server.stats.prefill_seconds + server.stats.decode_seconds <= server.stats.generate_seconds
         follow = [p + o.token_ids + [60 + i] * (i + 1) for i, (p, o) in enumerate(zip(prompts, first))]
         again = (gather(server, follow, greedy) if batch_size > 1
                  else [gather(server, [p], greedy)[0] for p in follow])
