@@ -32,10 +32,17 @@ def _signature(class_names: tuple[str, ...], method: str) -> inspect.Signature:
 
 
 def call_to_json(call: str, involved_classes: list[str] | tuple[str, ...]) -> dict[str, Any]:
-    """``"sort('a.txt')"`` -> ``{"name": "sort", "arguments": {"file_name": "a.txt"}}``."""
+    """``"sort('a.txt')"`` -> ``{"name": "sort", "arguments": {"file_name": "a.txt"}}``.
+
+    Only positional arguments are bound (named after the signature); keyword arguments pass through
+    unchecked, so a ground-truth call with a wrong keyword reaches the backend and fails there, as
+    it does in BFCL.
+    """
     parsed = parse_call(call)
-    bound = _signature(tuple(involved_classes), parsed.name).bind(*parsed.args, **parsed.kwargs)
-    return {"name": parsed.name, "arguments": dict(bound.arguments)}
+    if not parsed.args:
+        return {"name": parsed.name, "arguments": dict(parsed.kwargs)}
+    names = list(_signature(tuple(involved_classes), parsed.name).parameters)
+    return {"name": parsed.name, "arguments": {**dict(zip(names, parsed.args)), **parsed.kwargs}}
 
 
 def tool_call_message(calls: list[str], involved_classes: list[str] | tuple[str, ...]) -> str:

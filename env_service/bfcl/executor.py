@@ -122,7 +122,7 @@ def parse_call(text: str, *, max_call_chars: int = DEFAULT_MAX_CALL_CHARS,
     if len(text) > max_call_chars:
         raise CallParseError(f"call string too long ({len(text)} characters, limit {max_call_chars})")
     try:
-        # eval() skips leading spaces and tabs; mirror it so results match BFCL's.
+        # BFCL evaluates the call text, which ignores leading spaces and tabs; strip them the same way.
         tree = ast.parse(text.lstrip(" \t"), filename="<string>", mode="eval")
     except SyntaxError as e:
         raise CallParseError(str(e)) from None

@@ -13,9 +13,7 @@ official scorer on them with ``scripts/bfcl_official_eval.sh``.
 
 from __future__ import annotations
 
-import ast
 import functools
-import importlib
 import inspect
 import json
 import logging
@@ -23,6 +21,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable
 
+from env_service.bfcl.executor import MULTI_TURN_CLASSES, backend_class
+from env_service.bfcl.executor import parse_call as parse_call_string
 from seal.eval.logs import read_log_file
 from seal.eval.stats import category_of, dedupe_latest
 
@@ -30,10 +30,6 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_FC_MODEL = "gpt-4o-2024-11-20-FC"
 BFCL_VERSION_PREFIX = "BFCL_v4"
-MULTI_TURN_CLASSES = (
-    "GorillaFileSystem", "MathAPI", "MessageAPI", "TwitterAPI",
-    "TicketAPI", "TradingBot", "TravelAPI", "VehicleControlAPI",
-)
 
 
 @functools.lru_cache(maxsize=1)
@@ -42,12 +38,9 @@ def method_parameters() -> dict[str, list[str]]:
 
     Method names do not collide across these classes, so the name alone identifies the method.
     """
-    from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPING
-
     table: dict[str, list[str]] = {}
     for cls_name in MULTI_TURN_CLASSES:
-        cls = getattr(importlib.import_module(CLASS_FILE_PATH_MAPPING[cls_name]), cls_name)
-        for name, fn in inspect.getmembers(cls, predicate=inspect.isfunction):
+        for name, fn in inspect.getmembers(backend_class(cls_name), predicate=inspect.isfunction):
             if name.startswith("_"):
                 continue
             params = [p for p in inspect.signature(fn).parameters if p != "self"]
@@ -56,19 +49,15 @@ def method_parameters() -> dict[str, list[str]]:
 
 
 def parse_call(call: str) -> tuple[str, list[Any], dict[str, Any]]:
-    """``name``, positional and keyword literal arguments of a call string (never evaluated)."""
+    """``name``, positional and keyword literal arguments of a call string (never evaluated).
+
+    The environment's own AST parser (literal arguments only); raises ``ValueError``.
+    """
     try:
-        node = ast.parse(call.strip(), mode="eval").body
-    except SyntaxError as exc:
-        raise ValueError(f"not a call expression: {call!r} ({exc.msg})") from None
-    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
-        raise ValueError(f"not a plain function call: {call!r}")
-    try:
-        args = [ast.literal_eval(a) for a in node.args]
-        kwargs = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords if kw.arg}
+        parsed = parse_call_string(call.strip())
     except ValueError as exc:
-        raise ValueError(f"non-literal argument in {call!r}: {exc}") from None
-    return node.func.id, args, kwargs
+        raise ValueError(f"cannot convert {call!r} (not a plain call, or a non-literal argument): {exc}") from None
+    return parsed.name, list(parsed.args), dict(parsed.kwargs)
 
 
 def call_to_keywords(call: str) -> tuple[str, dict[str, Any]]:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import inspect
-import json
 from typing import Any, Callable
 
 import pytest
 
-from env_service.bfcl.executor import backend_class, parse_call
 from env_service.bfcl.tasks import Task, TaskStore
+from env_service.oracle import oracle_for_task
 
 
 class InertInterface:
@@ -64,33 +62,14 @@ def recording() -> RecordingInterface:
     return RecordingInterface()
 
 
-def _json_call(call: str, classes: tuple[str, ...]) -> dict[str, Any]:
-    """A ground-truth call string as a JSON tool call, positional arguments named by the signature."""
-    parsed = parse_call(call)
-    args = dict(parsed.kwargs)
-    if parsed.args:
-        for cls in classes:
-            method = getattr(backend_class(cls), parsed.name, None)
-            if method is not None:
-                names = [n for n in inspect.signature(method).parameters if n != "self"]
-                args = {**dict(zip(names, parsed.args)), **args}
-                break
-    return {"name": parsed.name, "arguments": args}
-
-
 def oracle_messages(task: Task) -> list[str] | None:
-    """Assistant messages replaying the ground truth: each turn's calls in one message, then a
-    plain reply. ``None`` when a ground-truth call is not valid Python (composite data bugs)."""
-    messages: list[str] = []
-    for gt in task.gt_turns:
-        if gt:
-            try:
-                calls = [_json_call(c, task.involved_classes) for c in gt]
-            except ValueError:
-                return None
-            messages.append("\n".join(f"<tool_call>\n{json.dumps(c)}\n</tool_call>" for c in calls))
-        messages.append("Done.")
-    return messages
+    """Assistant messages replaying the ground truth (``env_service.oracle``): each turn's calls in
+    one message, then a plain reply. ``None`` when a ground-truth call is not valid Python
+    (composite data bugs)."""
+    try:
+        return oracle_for_task(task)
+    except ValueError:
+        return None
 
 
 @pytest.fixture(scope="session")
