@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TypeVar
 
@@ -130,19 +130,6 @@ class TurnDiagnosis:
     valid: bool | None  # None: not scorable (ground truth empty)
     irrelevance: bool | None = None  # for empty-GT turns: True iff the model abstained
     errors: tuple[str, ...] = ()
-
-
-@dataclass
-class EpisodeRecord:
-    """One finished training or validation episode, as the trainer consumes it."""
-
-    task_id: str
-    category: str
-    reward: float
-    success: bool
-    tags: list[str] = field(default_factory=list)
-    error_messages: list[str] = field(default_factory=list)
-    meta: dict = field(default_factory=dict)
 
 
 def category_of(task_id: str) -> str:

@@ -113,7 +113,7 @@ class SealHooks:
     def observe(self, episodes: Iterable[Any], *, epoch: int, step: int) -> dict[str, float]:
         """Feed the step's *training* episodes to the capability state.
 
-        Each episode (a mapping or an object such as :class:`seal.types.EpisodeRecord`) has
+        Each episode (a mapping, or an object such as the local trainer's ``Episode``) has
         ``task_id``, ``category``, ``reward``, ``success``, ``tags`` and ``error_messages``;
         episodes with ``env_fault``, ``llm_fault`` or ``excluded`` set are skipped (they were not
         played to the end, so their diagnosis says nothing about the policy).
