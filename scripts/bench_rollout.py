@@ -41,8 +41,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-llm-calls", type=int, default=4)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32",
-                   help="fp32: the shared fp32 module, no autocast; bf16: the server's private bf16 copy")
+    p.add_argument("--dtype", choices=["autocast", "fp32", "bf16"], default="autocast",
+                   help="autocast: the shared fp32 module under bf16 autocast (the local trainer's setting, "
+                        "seal.local.autocast=bf16); fp32: the shared fp32 module, no autocast; "
+                        "bf16: the server's private bf16 copy")
     p.add_argument("--engine", choices=["kv_cache", "generate"], default="kv_cache",
                    help="kv_cache: prefix key/value reuse (default); generate: one model.generate per batch")
     p.add_argument("--modes", default="sequential,batched")
@@ -71,7 +73,8 @@ async def run_mode(mode: str, args: argparse.Namespace, model: Any, tokenizer: A
 
     batch = 1 if mode == "sequential" else args.concurrency
     server = HFServerManager(model, tokenizer, max_batch_size=batch,
-                             dtype=torch.bfloat16 if args.dtype == "bf16" else None, autocast_dtype=None,
+                             dtype=torch.bfloat16 if args.dtype == "bf16" else None,
+                             autocast_dtype=torch.bfloat16 if args.dtype == "autocast" else None,
                              seed=args.seed, prefix_cache_tokens=0 if args.engine == "generate" else 131072)
     cfg = make_config(args)
     rows = [t for t in args.tasks.split(",") for _ in range(args.n)]

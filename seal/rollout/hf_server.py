@@ -11,7 +11,7 @@ among them and each answer is cut to its own limit.
 Two engines do the batch. With ``prefix_cache_tokens > 0`` (default) the server keeps the
 key/values of recent contexts (:mod:`seal.rollout.kv_cache`): each request computes only the part
 of its context not seen before (in an episode, the last observation), the rows' new parts are
-prefilled together in padded forwards (:func:`~seal.rollout.kv_cache.prefill_many`), then the rows
+prefilled together in padded forwards (:func:`~seal.rollout.kv_engine.prefill_many`), then the rows
 decode together in a loop of the server's own (temperature, top-k, top-p sampling). With ``prefix_cache_tokens=0``
 the batch is one left-padded ``model.generate`` call, which recomputes every context in full.
 
@@ -60,7 +60,7 @@ import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 from verl.workers.rollout.replica import TokenOutput
 
-from seal.rollout import kv_cache
+from seal.rollout import attention, kv_cache, kv_engine
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +196,8 @@ class HFServerManager:
         prefix_cache_tokens: positions of key/values kept for reuse (0 = use ``model.generate``).
         prefill_token_budget: most padded new tokens (rows x longest) in one prefill forward of
             the prefix-reuse engine; larger batches are split.
+        shared_prefix_min_tokens: rows of a batch sharing at least this many leading tokens read
+            that prefix once per step (shared-prefix attention, prefix-reuse engine; 0 = off).
     """
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, *, max_batch_size: int = 16,
@@ -203,14 +205,18 @@ class HFServerManager:
                  autocast_dtype: torch.dtype | None = torch.bfloat16, seed: int | None = None,
                  default_max_tokens: int = DEFAULT_MAX_TOKENS,
                  prefix_cache_tokens: int = DEFAULT_PREFIX_CACHE_TOKENS,
-                 prefill_token_budget: int = DEFAULT_PREFILL_TOKEN_BUDGET) -> None:
+                 prefill_token_budget: int = DEFAULT_PREFILL_TOKEN_BUDGET,
+                 shared_prefix_min_tokens: int = kv_engine.DEFAULT_MIN_SHARED) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         if batch_wait_ms < 0 or max_wait_ms < 0:
             raise ValueError("batch_wait_ms and max_wait_ms must be >= 0")
         if prefill_token_budget < 1:
             raise ValueError(f"prefill_token_budget must be >= 1, got {prefill_token_budget}")
+        if shared_prefix_min_tokens < 0:
+            raise ValueError(f"shared_prefix_min_tokens must be >= 0, got {shared_prefix_min_tokens}")
         self.prefill_token_budget = prefill_token_budget
+        self.shared_prefix_min_tokens = shared_prefix_min_tokens
         self.model = copy.deepcopy(model).to(dtype) if dtype is not None else model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
@@ -325,7 +331,9 @@ class HFServerManager:
         self.model.eval()
         use_autocast = self.autocast_dtype is not None and next(self.model.parameters()).dtype != self.autocast_dtype
         try:
-            with torch.inference_mode(), torch.autocast("cpu", dtype=self.autocast_dtype or torch.bfloat16,
+            # no_grad, not inference_mode: under inference_mode autocast re-casts every weight on
+            # every forward; under no_grad it casts each once per batch (its cast cache).
+            with torch.no_grad(), torch.autocast("cpu", dtype=self.autocast_dtype or torch.bfloat16,
                                                         enabled=use_autocast):
                 yield
         finally:
@@ -342,7 +350,7 @@ class HFServerManager:
         started = time.monotonic()
         with self._generation_mode(self.stats.batches):
             if self.prefix_cache is not None:
-                with kv_cache.decode_attention(self.model):
+                with attention.server_attention_for(self.model):
                     results = self._cached_batch(batch, stop_ids)
             else:
                 results = self._hf_generate_batch(batch, stop_ids)
@@ -386,8 +394,8 @@ class HFServerManager:
             return torch.log_softmax(logits / temperature, dim=-1).gather(1, tokens[:, None]).squeeze(1)
 
         started = time.monotonic()
-        out = kv_cache.decode(self.model, shape, rows, torch.stack(first), [r.max_tokens for r in batch],
-                              choose, logprob_of, stop_ids, self.pad_id)
+        out = kv_engine.decode(self.model, shape, rows, torch.stack(first), [r.max_tokens for r in batch],
+                              choose, logprob_of, stop_ids, self.pad_id, self.shared_prefix_min_tokens)
         self.stats.decode_seconds += time.monotonic() - started
         for entry in out.entries:
             store.put(entry)
@@ -416,8 +424,9 @@ class HFServerManager:
                     continue
                 entry, reuse = store.lookup(contexts[i])
                 wave.append(i)
-                items.append(kv_cache.PrefillItem(batch[i].prompt_ids, entry, reuse))
-            done = kv_cache.prefill_many(self.model, shape, items, self.prefill_token_budget)
+                items.append(kv_engine.PrefillItem(batch[i].prompt_ids, entry, reuse))
+            done = kv_engine.prefill_many(self.model, shape, items, self.prefill_token_budget,
+                                         self.shared_prefix_min_tokens)
             for i, (row, logits) in zip(wave, done):
                 store.put(row)
                 rows[i], first[i] = row, logits

@@ -1,11 +1,12 @@
-"""Prefix KV reuse for the HF server: a store of past key/values and a batched decode loop.
+"""Prefix KV reuse for the HF server: the store of past key/values and the cache's building blocks.
 
 On CPU the cost of an episode's LLM call is dominated by re-reading its whole context (a BFCL
 prompt is 3.5k-7k tokens) when only the last observation is new. The server therefore keeps the
 key/value tensors of recent contexts in a :class:`PrefixStore`; a request reuses the longest stored
 prefix it shares (the same episode's previous call, or a sibling episode of the same task) and
-computes only the rest (:func:`prefill`). The rows of a batch are then decoded together
-(:func:`decode`) over one left-padded cache of preallocated buffers, so no step copies the cache.
+computes only the rest (:mod:`seal.rollout.kv_engine`). Entries are chains (:class:`Entry`), so
+an extension stores only what it adds. :class:`BufferLayer` is the cache layer the engine runs
+the model over: preallocated buffers, so no step copies the cache.
 
 Works with decoder-only models whose attention uses a standard per-layer key/value cache and
 explicit ``position_ids`` (Llama, Mistral, Qwen2 families). Keys are cached after RoPE at their
@@ -14,59 +15,11 @@ true positions, which left padding preserves (positions count real tokens only).
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
-from transformers import AttentionInterface
-from transformers.cache_utils import Cache, DynamicLayer
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-GQA_ATTENTION = "seal_gqa_sdpa"
-
-
-def gqa_sdpa_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                       attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-                       is_causal: bool | None = None, **kwargs) -> tuple[torch.Tensor, None]:
-    """SDPA for one-token decode steps without copying the grouped key/value heads.
-
-    transformers' CPU path expands keys/values (B, Hkv, L, D) to all query heads before SDPA,
-    which copies the whole cache every step. For a single query position the query heads of one
-    group can instead be laid out as that group's "query length": (B, H, 1, D) -> (B, Hkv, H/Hkv, D),
-    and every one of them sees the same mask row. Prefill (several positions) uses the stock SDPA.
-    """
-    b, h, q, d = query.shape
-    hkv = key.shape[1]
-    if q != 1 or h == hkv or dropout:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      is_causal=is_causal, **kwargs)
-    grouped = query.reshape(b, hkv, h // hkv, d)
-    out = F.scaled_dot_product_attention(grouped, key, value, attn_mask=attention_mask, scale=scaling)
-    return out.reshape(b, h, 1, d).transpose(1, 2).contiguous(), None
-
-
-# Registered by name (like a verl agent loop); selecting it is per model, see ``decode_attention``.
-AttentionInterface.register(GQA_ATTENTION, gqa_sdpa_attention)
-AttentionMaskInterface.register(GQA_ATTENTION, sdpa_mask)
-
-
-@contextlib.contextmanager
-def decode_attention(model: torch.nn.Module) -> Iterator[None]:
-    """Use :func:`gqa_sdpa_attention` inside the block when the model runs stock ``sdpa``."""
-    config = model.config
-    previous = getattr(config, "_attn_implementation", None)
-    if previous != "sdpa":
-        yield
-        return
-    config._attn_implementation = GQA_ATTENTION
-    try:
-        yield
-    finally:
-        config._attn_implementation = previous
+from transformers.cache_utils import DynamicLayer
 
 
 class BufferLayer(DynamicLayer):
@@ -114,15 +67,69 @@ class KVShape:
 
 @dataclass(eq=False)  # identity: entries hold tensors
 class Entry:
-    """Keys/values (per layer (H, n, D)) of the context ``tokens`` (n,)."""
+    """Key/values of the context ``tokens`` (n,), stored as a chain that shares storage.
+
+    The entry holds positions ``[start, n)`` (per layer (H, n - start, D)); ``parent`` holds
+    ``[0, start)`` (its first ``start`` tokens equal ours). A context that extends a stored one
+    (the next call of an episode, a sibling episode of the same task) therefore keeps only what it
+    adds, and n sibling episodes hold their common prompt once. The chain's ``root`` (no parent)
+    is the first context computed from scratch: in an episode, the prompt.
+    """
 
     tokens: torch.Tensor
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
+    parent: Entry | None = None
+    start: int = 0
     stamp: int = 0
+
+    def __post_init__(self) -> None:
+        if (self.parent is None) != (self.start == 0) or (self.parent is not None and self.start > len(self.parent)):
+            raise ValueError(f"entry start {self.start} does not fit its parent")
+        if self.keys and int(self.keys[0].shape[1]) != len(self) - self.start:
+            raise ValueError(f"entry holds {int(self.keys[0].shape[1])} positions, expected {len(self) - self.start}")
 
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
+
+    def root_span(self) -> tuple[Entry, int]:
+        """The chain's root and how many of its leading positions belong to this context (a link
+        vouches only for its parent's first ``start`` tokens)."""
+        entry, n = self, len(self)
+        while entry.parent is not None:
+            n = min(n, entry.start)
+            entry = entry.parent
+        return entry, n
+
+    def pieces(self, lo: int, hi: int) -> list[tuple[int, list[torch.Tensor], list[torch.Tensor]]]:
+        """Views covering positions ``[lo, hi)`` in order: ``(first position, keys, values)``,
+        per layer (H, piece length, D)."""
+        out = []
+        entry: Entry | None = self
+        while entry is not None and hi > lo:
+            a = max(lo, entry.start)
+            if hi > a:
+                i, j = a - entry.start, hi - entry.start
+                out.append((a, [k[:, i:j] for k in entry.keys], [v[:, i:j] for v in entry.values]))
+            hi = min(hi, entry.start)
+            entry = entry.parent
+        return out[::-1]
+
+    def write(self, keys: list[torch.Tensor], values: list[torch.Tensor], row: int, dst: int, lo: int, hi: int
+              ) -> None:
+        """Copy positions ``[lo, hi)`` into row ``row`` of (B, H, capacity, D) buffers from ``dst`` on."""
+        for pos, piece_k, piece_v in self.pieces(lo, hi):
+            at, n = dst + pos - lo, int(piece_k[0].shape[1])
+            for k, v, pk, pv in zip(keys, values, piece_k, piece_v):
+                k[row, :, at:at + n] = pk
+                v[row, :, at:at + n] = pv
+
+    def materialize(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """All positions as contiguous per-layer (H, n, D) copies (for checks, not the hot path)."""
+        pieces = self.pieces(0, len(self))
+        layers = range(len(self.keys))
+        return ([torch.cat([p[1][i] for p in pieces], dim=1) for i in layers],
+                [torch.cat([p[2][i] for p in pieces], dim=1) for i in layers])
 
 
 def common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:
@@ -175,178 +182,3 @@ class PrefixStore:
             self.entries.remove(min(self.entries, key=lambda e: e.stamp))
         if self.tokens > self.max_tokens:
             self.entries.clear()
-
-
-Model = Callable[..., object]
-
-
-def prefill(model: Model, shape: KVShape, tokens: list[int], entry: Entry | None, reuse: int
-            ) -> tuple[Entry, torch.Tensor]:
-    """Compute the key/values of ``tokens`` reusing ``entry``'s first ``reuse`` positions.
-
-    Returns the context's entry (per layer (H, n, D)) and the next-token logits (V,), float32.
-    """
-    n = len(tokens)
-    keys, values = shape.buffers(1, n)
-    if entry is not None and reuse > 0:
-        for k, v, ek, ev in zip(keys, values, entry.keys, entry.values):
-            k[0, :, :reuse] = ek[:, :reuse]
-            v[0, :, :reuse] = ev[:, :reuse]
-    else:
-        reuse = 0
-    cache = Cache(layers=[BufferLayer(k, v, reuse) for k, v in zip(keys, values)])
-    out = model(input_ids=torch.tensor([tokens[reuse:]]), attention_mask=torch.ones(1, n, dtype=torch.long),
-                position_ids=torch.arange(reuse, n)[None], past_key_values=cache, use_cache=True, logits_to_keep=1)
-    ids = torch.tensor(tokens, dtype=torch.long)
-    return Entry(ids, [k[0] for k in keys], [v[0] for v in values]), out.logits[0, -1].float()
-
-
-@dataclass(frozen=True)
-class PrefillItem:
-    """One context to prefill: its ``tokens`` and the stored ``entry`` whose first ``reuse`` match."""
-
-    tokens: list[int]
-    entry: Entry | None
-    reuse: int
-
-    @property
-    def new(self) -> int:
-        return len(self.tokens) - (self.reuse if self.entry is not None else 0)
-
-
-def prefill_many(model: Model, shape: KVShape, items: list[PrefillItem], token_budget: int = 4096
-                 ) -> list[tuple[Entry, torch.Tensor]]:
-    """:func:`prefill` for several contexts, rows with similar new-token counts in one forward.
-
-    Rows are sorted by how many tokens they add and cut into chunks whose longest row is at most
-    twice the shortest (plus 32), so padding wastes little, and whose padded size (rows x longest)
-    stays within ``token_budget`` (the attention scores grow with it). A chunk of one row takes
-    the single-row path. Returns one ``(entry, logits (V,))`` per item, in order.
-    """
-    order = sorted(range(len(items)), key=lambda i: items[i].new)
-    chunks: list[list[int]] = []
-    for i in order:
-        n = items[i].new
-        chunk = chunks[-1] if chunks else None
-        if chunk is None or n > 2 * items[chunk[0]].new + 32 or (len(chunk) + 1) * n > token_budget:
-            chunks.append([i])
-        else:
-            chunk.append(i)
-    results: list[tuple[Entry, torch.Tensor] | None] = [None] * len(items)
-    for chunk in chunks:
-        if len(chunk) == 1:
-            it = items[chunk[0]]
-            results[chunk[0]] = prefill(model, shape, it.tokens, it.entry, it.reuse)
-            continue
-        for i, out in zip(chunk, prefill_padded(model, shape, [items[i] for i in chunk])):
-            results[i] = out
-    return [r for r in results if r is not None]
-
-
-def prefill_padded(model: Model, shape: KVShape, items: list[PrefillItem]) -> list[tuple[Entry, torch.Tensor]]:
-    """Prefill several rows in one forward over their cached prefixes (each row's own length).
-
-    Layout of the (B, H, P + Q, D) buffers, P = longest reused prefix, Q = most new tokens: row i's
-    reused key/values are right-aligned in ``[P - r_i, P)`` and its n_i new tokens in
-    ``[P + Q - n_i, P + Q)``; the gaps are padding. A 4-D boolean mask (B, 1, Q, P + Q) lets each
-    new token see its own prefix and its own earlier new tokens only; a padding query sees just
-    itself, so no row of the mask is empty (an empty row makes SDPA return NaN, which would then
-    reach the padding keys). Keys sit at their true RoPE positions, as in :func:`prefill`.
-    """
-    b = len(items)
-    reuse = [it.reuse if it.entry is not None else 0 for it in items]
-    new = [len(it.tokens) - r for it, r in zip(items, reuse)]
-    p, q = max(reuse), max(new)
-    keys, values = shape.buffers(b, p + q)
-    input_ids = torch.zeros(b, q, dtype=torch.long)
-    positions = torch.zeros(b, q, dtype=torch.long)
-    allowed = torch.zeros(b, 1, q, p + q, dtype=torch.bool)
-    diag = torch.arange(q)
-    allowed[:, 0, diag, p + diag] = True  # every query sees itself (padding queries only that)
-    for i, (it, r, n) in enumerate(zip(items, reuse, new)):
-        if r:
-            for k, v, ek, ev in zip(keys, values, it.entry.keys, it.entry.values):
-                k[i, :, p - r:p] = ek[:, :r]
-                v[i, :, p - r:p] = ev[:, :r]
-        input_ids[i, q - n:] = torch.tensor(it.tokens[r:])
-        positions[i, q - n:] = torch.arange(r, r + n)
-        allowed[i, 0, q - n:, p - r:p] = True
-        allowed[i, 0, q - n:, p + q - n:] = torch.ones(n, n, dtype=torch.bool).tril()
-    cache = Cache(layers=[BufferLayer(k, v, p) for k, v in zip(keys, values)])
-    out = model(input_ids=input_ids, attention_mask=allowed, position_ids=positions, past_key_values=cache,
-                use_cache=True, logits_to_keep=1)
-    logits = out.logits[:, -1].float()
-    results = []
-    for i, (it, r, n) in enumerate(zip(items, reuse, new)):
-        row_k = [torch.cat([k[i, :, p - r:p], k[i, :, p + q - n:]], dim=1) for k in keys]
-        row_v = [torch.cat([v[i, :, p - r:p], v[i, :, p + q - n:]], dim=1) for v in values]
-        results.append((Entry(torch.tensor(it.tokens, dtype=torch.long), row_k, row_v), logits[i]))
-    return results
-
-
-@dataclass
-class DecodeResult:
-    tokens: list[list[int]]  # per row, up to and including its stop id
-    logprobs: list[list[float]]
-    stopped: list[bool]  # True = a stop id ended the row, False = its max_tokens did
-    entries: list[Entry]  # per row: context + generated tokens whose key/values were computed
-
-
-def decode(model: Model, shape: KVShape, rows: list[Entry], first_logits: torch.Tensor, max_tokens: list[int],
-           choose: Callable[[torch.Tensor], torch.Tensor], logprob_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-           stop_ids: set[int], pad_id: int) -> DecodeResult:
-    """Decode all ``rows`` together over one left-padded cache.
-
-    ``first_logits`` (B, V) are the rows' next-token logits from :func:`prefill`; ``choose`` maps
-    logits (B, V) to tokens (B,), ``logprob_of`` maps (logits, tokens) to log-probs (B,).
-    """
-    b, width, steps = len(rows), max(len(r) for r in rows), max(max_tokens)
-    keys, values = shape.buffers(b, width + steps)
-    mask = torch.zeros(b, width + steps, dtype=torch.long)
-    for i, row in enumerate(rows):
-        start = width - len(row)
-        for k, v, rk, rv in zip(keys, values, row.keys, row.values):
-            k[i, :, start:width] = rk
-            v[i, :, start:width] = rv
-        mask[i, start:width] = 1
-    cache = Cache(layers=[BufferLayer(k, v, width) for k, v in zip(keys, values)])
-    positions = torch.tensor([[len(r)] for r in rows])
-    stop = torch.tensor(sorted(stop_ids))
-    limits = torch.tensor(max_tokens)
-    done = torch.zeros(b, dtype=torch.bool)
-    out_tokens, out_lp, logits = [], [], first_logits
-    for t in range(steps):
-        tok = choose(logits)
-        out_lp.append(logprob_of(logits, tok))
-        tok = torch.where(done, torch.full_like(tok, pad_id), tok)
-        out_tokens.append(tok)
-        done = done | torch.isin(tok, stop) | (limits <= t + 1)
-        if bool(done.all()):
-            break
-        mask[:, width + t] = 1
-        out = model(input_ids=tok[:, None], attention_mask=mask[:, : width + t + 1], position_ids=positions,
-                    past_key_values=cache, use_cache=True)
-        logits = out.logits[:, -1].float()
-        positions = positions + 1
-    return _split_rows(rows, keys, values, width, torch.stack(out_tokens, 1), torch.stack(out_lp, 1),
-                       max_tokens, stop_ids, computed=len(out_tokens) - 1)
-
-
-def _split_rows(rows: list[Entry], keys: list[torch.Tensor], values: list[torch.Tensor], width: int,
-                tokens: torch.Tensor, logprobs: torch.Tensor, max_tokens: list[int], stop_ids: set[int],
-                computed: int) -> DecodeResult:
-    """Cut each row at its stop id or limit; ``computed`` generated positions have key/values."""
-    result = DecodeResult([], [], [], [])
-    for i, row in enumerate(rows):
-        seq = tokens[i].tolist()[: max_tokens[i]]
-        end = next((j + 1 for j, t in enumerate(seq) if t in stop_ids), None)
-        seq = seq[:end] if end is not None else seq
-        result.tokens.append(seq)
-        result.logprobs.append(logprobs[i, : len(seq)].tolist())
-        result.stopped.append(end is not None)
-        kept = min(len(seq) - 1, computed)  # the last token was sampled but never fed back
-        start, stop_col = width - len(row), width + kept
-        ids = torch.cat([row.tokens, torch.tensor(seq[:kept], dtype=torch.long)])
-        result.entries.append(Entry(ids, [k[i, :, start:stop_col].clone() for k in keys],
-                                    [v[i, :, start:stop_col].clone() for v in values]))
-    return result

@@ -10,7 +10,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from verl.workers.rollout.replica import TokenOutput
 
 from seal.rollout.hf_server import HFServerManager, _Request, filter_scores, parse_sampling_params
-from seal.rollout.kv_cache import Entry, KVShape, PrefillItem, PrefixStore, prefill, prefill_many, prefill_padded
+from seal.rollout.kv_cache import Entry, KVShape, PrefixStore
+from seal.rollout.kv_engine import PrefillItem, prefill, prefill_many, prefill_padded
 
 VOCAB = 256
 EOS = 2
@@ -236,7 +237,8 @@ def test_padded_prefill_equals_one_row_at_a_time() -> None:
             full = model(torch.tensor([it.tokens])).logits[0, -1]
             assert entry.tokens.tolist() == it.tokens
             assert torch.allclose(logits, single_logits, atol=1e-5) and torch.allclose(logits, full, atol=1e-5)
-            for a, b in zip(entry.keys + entry.values, single.keys + single.values):
+            (ek, ev), (sk, sv) = entry.materialize(), single.materialize()
+            for a, b in zip(ek + ev, sk + sv):
                 assert a.shape == b.shape and torch.allclose(a, b, atol=1e-5)
 
 

@@ -1,0 +1,250 @@
+"""The HF server's cached engine: prefill past stored prefixes, then decode a batch together.
+
+A request's context is prefilled past the longest prefix the :class:`~seal.rollout.kv_cache.PrefixStore`
+holds (:func:`prefill_many`: rows with similar new-token counts in one padded forward), then the
+rows of a batch decode together (:func:`decode`). Rows whose contexts start alike (the n episodes
+of one task share a prompt of thousands of tokens) form a
+:class:`~seal.rollout.attention.PrefixGroup`: that prefix is kept out of the per-row buffers and
+read once per forward for all of them (shared-prefix attention), in prefill and in decode. A row's
+own buffer holds only the rest of its context and its new tokens.
+
+Works with decoder-only models whose attention uses a standard per-layer key/value cache and
+explicit ``position_ids`` (Llama, Mistral, Qwen2 families). Keys are cached after RoPE at their
+true positions, which left padding preserves (positions count real tokens only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from transformers.cache_utils import Cache
+
+from seal.rollout.attention import PREFIX_KWARG, PrefixGroup, uses_server_attention
+from seal.rollout.kv_cache import BufferLayer, Entry, KVShape, common_prefix
+
+# Rows sharing at least this many leading tokens attend to them as one shared prefix.
+DEFAULT_MIN_SHARED = 128
+
+Model = Callable[..., object]
+
+
+def group_rows(contexts: list[torch.Tensor], usable: list[int], min_shared: int) -> list[tuple[list[int], int]]:
+    """Rows that share a long prefix: ``[(rows, length), ...]``, first row first.
+
+    Row i may share at most its first ``usable[i]`` tokens. Each row joins the group where that
+    pays most: sharing ``m`` tokens saves the joiner ``m`` positions per forward, and shrinking a
+    group of ``n`` rows from ``L`` to ``m`` costs ``n * (L - m)``; it joins only when the gain is
+    positive and ``m >= min_shared``, else it starts a group of its own (a group of one still
+    spares copying its prefix into the batch's buffers). Rows with ``usable < min_shared`` are in
+    no group; ``min_shared <= 0`` turns grouping off.
+    """
+    groups: list[tuple[list[int], int]] = []
+    for i, ctx in enumerate(contexts):
+        if min_shared <= 0 or usable[i] < min_shared:
+            continue
+        best, best_gain, best_len = None, 0, 0
+        for gi, (rows, length) in enumerate(groups):
+            m = min(common_prefix(contexts[rows[0]], ctx), usable[i], length)
+            gain = m - len(rows) * (length - m)
+            if m >= min_shared and gain > best_gain:
+                best, best_gain, best_len = gi, gain, m
+        if best is None:
+            groups.append(([i], usable[i]))
+        else:
+            groups[best] = (groups[best][0] + [i], best_len)
+    return groups
+
+
+def prefix_groups(model: Model, contexts: list[torch.Tensor], entries: list[Entry | None], usable: list[int],
+                  min_shared: int) -> tuple[list[PrefixGroup], list[int]]:
+    """:func:`group_rows` as attention inputs, plus each row's shared length (0 = in no group).
+
+    A row can share only positions its ``entries[i]`` holds in the chain's root (one contiguous
+    tensor, so a group's prefix is a view and one kernel call per layer). The group's key/values
+    are views of its first row's root; the other rows hold the same tokens (a common prefix),
+    computed by the same weights. No groups unless the model runs the server attention.
+    """
+    shared = [0] * len(contexts)
+    if not uses_server_attention(model):
+        return [], shared
+    spans = [e.root_span() if e is not None else (None, 0) for e in entries]
+    limit = [min(u, n) for u, (_, n) in zip(usable, spans)]
+    groups = []
+    for rows, length in group_rows(contexts, limit, min_shared):
+        root = spans[rows[0]][0]
+        groups.append(PrefixGroup(torch.tensor(rows), [k[:, :length] for k in root.keys],
+                                  [v[:, :length] for v in root.values]))
+        for i in rows:
+            shared[i] = length
+    return groups, shared
+
+
+@dataclass(frozen=True)
+class PrefillItem:
+    """One context to prefill: its ``tokens`` and the stored ``entry`` whose first ``reuse`` match."""
+
+    tokens: list[int]
+    entry: Entry | None
+    reuse: int
+
+    @property
+    def new(self) -> int:
+        return len(self.tokens) - (self.reuse if self.entry is not None else 0)
+
+
+def prefill(model: Model, shape: KVShape, tokens: list[int], entry: Entry | None, reuse: int,
+            min_shared: int = DEFAULT_MIN_SHARED) -> tuple[Entry, torch.Tensor]:
+    """Compute the key/values of ``tokens`` reusing ``entry``'s first ``reuse`` positions.
+
+    Returns the context's entry and the next-token logits (V,), float32.
+    """
+    return prefill_padded(model, shape, [PrefillItem(tokens, entry, reuse)], min_shared)[0]
+
+
+def prefill_many(model: Model, shape: KVShape, items: list[PrefillItem], token_budget: int = 4096,
+                 min_shared: int = DEFAULT_MIN_SHARED) -> list[tuple[Entry, torch.Tensor]]:
+    """:func:`prefill` for several contexts, rows with similar new-token counts in one forward.
+
+    Rows are sorted by how many tokens they add and cut into chunks whose longest row is at most
+    twice the shortest (plus 32), so padding wastes little, and whose padded size (rows x longest)
+    stays within ``token_budget`` (the attention scores grow with it). Returns one
+    ``(entry, logits (V,))`` per item, in order.
+    """
+    order = sorted(range(len(items)), key=lambda i: items[i].new)
+    chunks: list[list[int]] = []
+    for i in order:
+        n = items[i].new
+        chunk = chunks[-1] if chunks else None
+        if chunk is None or n > 2 * items[chunk[0]].new + 32 or (len(chunk) + 1) * n > token_budget:
+            chunks.append([i])
+        else:
+            chunk.append(i)
+    results: list[tuple[Entry, torch.Tensor] | None] = [None] * len(items)
+    for chunk in chunks:
+        for i, out in zip(chunk, prefill_padded(model, shape, [items[i] for i in chunk], min_shared)):
+            results[i] = out
+    return [r for r in results if r is not None]
+
+
+def prefill_padded(model: Model, shape: KVShape, items: list[PrefillItem], min_shared: int = DEFAULT_MIN_SHARED
+                   ) -> list[tuple[Entry, torch.Tensor]]:
+    """Prefill several rows in one forward over their cached prefixes (each row's own length).
+
+    Rows whose reused prefixes share at least ``min_shared`` tokens attend to that part as a
+    :class:`~seal.rollout.attention.PrefixGroup` (see :func:`prefix_groups`); the rest of row i's
+    reused prefix, its "own" part of ``o_i`` positions, goes in the buffers. Layout of the
+    (B, H, P + Q, D) buffers, P = longest own part, Q = most new tokens: row i's own part is
+    right-aligned in ``[P - o_i, P)`` and its n_i new tokens in ``[P + Q - n_i, P + Q)``; the gaps
+    are padding. A 4-D boolean mask (B, 1, Q, P + Q) lets each new token see its own part and its
+    own earlier new tokens only; a padding query sees just itself, so no row of the mask is empty
+    (an empty row makes SDPA return NaN, which would then reach the padding keys). Keys sit at
+    their true RoPE positions. Each returned entry extends the one it reused (a chain link
+    holding the new tokens only).
+    """
+    b = len(items)
+    reuse = [it.reuse if it.entry is not None else 0 for it in items]
+    new = [len(it.tokens) - r for it, r in zip(items, reuse)]
+    contexts = [torch.tensor(it.tokens[:r], dtype=torch.long) for it, r in zip(items, reuse)]
+    groups, shared = prefix_groups(model, contexts, [it.entry for it in items], reuse, min_shared)
+    own = [r - s for r, s in zip(reuse, shared)]
+    p, q = max(own), max(new)
+    keys, values = shape.buffers(b, p + q)
+    input_ids = torch.zeros(b, q, dtype=torch.long)
+    positions = torch.zeros(b, q, dtype=torch.long)
+    allowed = torch.zeros(b, 1, q, p + q, dtype=torch.bool)
+    diag = torch.arange(q)
+    allowed[:, 0, diag, p + diag] = True  # every query sees itself (padding queries only that)
+    for i, (it, r, s, o, n) in enumerate(zip(items, reuse, shared, own, new)):
+        if o:
+            it.entry.write(keys, values, i, p - o, s, r)
+        input_ids[i, q - n:] = torch.tensor(it.tokens[r:])
+        positions[i, q - n:] = torch.arange(r, r + n)
+        allowed[i, 0, q - n:, p - o:p] = True
+        allowed[i, 0, q - n:, p + q - n:] = torch.ones(n, n, dtype=torch.bool).tril()
+    cache = Cache(layers=[BufferLayer(k, v, p) for k, v in zip(keys, values)])
+    extra = {PREFIX_KWARG: groups} if groups else {}
+    # One row needs no padding: a 2-D mask lets the model use causal attention (which skips the
+    # masked half; on a 4k-token prompt that halves the attention work).
+    mask = torch.ones(1, p + q, dtype=torch.long) if b == 1 else allowed
+    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                use_cache=True, logits_to_keep=1, **extra)
+    logits = out.logits[:, -1].float()
+    results = []
+    for i, (it, r, n) in enumerate(zip(items, reuse, new)):
+        entry = Entry(torch.tensor(it.tokens, dtype=torch.long), [k[i, :, p + q - n:].clone() for k in keys],
+                      [v[i, :, p + q - n:].clone() for v in values], parent=it.entry if r else None, start=r)
+        results.append((entry, logits[i]))
+    return results
+
+
+@dataclass
+class DecodeResult:
+    tokens: list[list[int]]  # per row, up to and including its stop id
+    logprobs: list[list[float]]
+    stopped: list[bool]  # True = a stop id ended the row, False = its max_tokens did
+    entries: list[Entry]  # per row: context + generated tokens whose key/values were computed
+
+
+def decode(model: Model, shape: KVShape, rows: list[Entry], first_logits: torch.Tensor, max_tokens: list[int],
+           choose: Callable[[torch.Tensor], torch.Tensor], logprob_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+           stop_ids: set[int], pad_id: int, min_shared: int = DEFAULT_MIN_SHARED) -> DecodeResult:
+    """Decode all ``rows`` together over one left-padded cache.
+
+    ``first_logits`` (B, V) are the rows' next-token logits from :func:`prefill`; ``choose`` maps
+    logits (B, V) to tokens (B,), ``logprob_of`` maps (logits, tokens) to log-probs (B,). Rows
+    sharing at least ``min_shared`` leading tokens read that prefix once per step as a
+    :class:`~seal.rollout.attention.PrefixGroup`; the buffers hold only the rest of each row.
+    """
+    groups, shared = prefix_groups(model, [r.tokens for r in rows], list(rows), [len(r) for r in rows], min_shared)
+    b, steps = len(rows), max(max_tokens)
+    width = max(len(r) - s for r, s in zip(rows, shared))
+    keys, values = shape.buffers(b, width + steps)
+    mask = torch.zeros(b, width + steps, dtype=torch.long)
+    for i, (row, s) in enumerate(zip(rows, shared)):
+        row.write(keys, values, i, width - (len(row) - s), s, len(row))
+        mask[i, width - (len(row) - s):width] = 1
+    cache = Cache(layers=[BufferLayer(k, v, width) for k, v in zip(keys, values)])
+    extra = {PREFIX_KWARG: groups} if groups else {}
+    positions = torch.tensor([[len(r)] for r in rows])
+    stop = torch.tensor(sorted(stop_ids))
+    limits = torch.tensor(max_tokens)
+    done = torch.zeros(b, dtype=torch.bool)
+    out_tokens, out_lp, logits = [], [], first_logits
+    for t in range(steps):
+        tok = choose(logits)
+        out_lp.append(logprob_of(logits, tok))
+        tok = torch.where(done, torch.full_like(tok, pad_id), tok)
+        out_tokens.append(tok)
+        done = done | torch.isin(tok, stop) | (limits <= t + 1)
+        if bool(done.all()):
+            break
+        mask[:, width + t] = 1
+        out = model(input_ids=tok[:, None], attention_mask=mask[:, : width + t + 1], position_ids=positions,
+                    past_key_values=cache, use_cache=True, **extra)
+        logits = out.logits[:, -1].float()
+        positions = positions + 1
+    return _split_rows(rows, keys, values, width, torch.stack(out_tokens, 1), torch.stack(out_lp, 1),
+                       max_tokens, stop_ids, computed=len(out_tokens) - 1)
+
+
+def _split_rows(rows: list[Entry], keys: list[torch.Tensor], values: list[torch.Tensor], width: int,
+                tokens: torch.Tensor, logprobs: torch.Tensor, max_tokens: list[int], stop_ids: set[int],
+                computed: int) -> DecodeResult:
+    """Cut each row at its stop id or limit; ``computed`` generated positions have key/values,
+    which become a chain link extending the row's entry."""
+    result = DecodeResult([], [], [], [])
+    for i, row in enumerate(rows):
+        seq = tokens[i].tolist()[: max_tokens[i]]
+        end = next((j + 1 for j, t in enumerate(seq) if t in stop_ids), None)
+        seq = seq[:end] if end is not None else seq
+        result.tokens.append(seq)
+        result.logprobs.append(logprobs[i, : len(seq)].tolist())
+        result.stopped.append(end is not None)
+        kept = min(len(seq) - 1, computed)  # the last token was sampled but never fed back
+        ids = torch.cat([row.tokens, torch.tensor(seq[:kept], dtype=torch.long)])
+        result.entries.append(Entry(ids, [k[i, :, width:width + kept].clone() for k in keys],
+                                    [v[i, :, width:width + kept].clone() for v in values], parent=row,
+                                    start=len(row)))
+    return result
