@@ -36,6 +36,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 SERVER_ATTENTION = "seal_server_sdpa"
 PREFIX_KWARG = "seal_prefix_groups"  # the model-call keyword that carries the groups to the layers
+MIN_CHUNK = 512  # shortest piece of a shared prefix worth a thread of its own
 
 # The CPU flash kernel, which also returns the log-sum-exp of each query's scores.
 _flash_with_lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
@@ -108,9 +109,8 @@ def prefix_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         rows = group.rows
         n = int(rows.shape[0])
         stacked = grouped.index_select(0, rows).transpose(0, 1).reshape(1, hkv, n * g * q, d)
-        shared, shared_lse = _flash_with_lse(stacked, group.keys[layer][None], group.values[layer][None],
-                                             scale=scaling)
-        shared = shared.reshape(hkv, n, g * q, d).transpose(0, 1).float()
+        shared, shared_lse = _shared_attention(stacked, group.keys[layer], group.values[layer], scaling)
+        shared = shared.reshape(hkv, n, g * q, d).transpose(0, 1)
         shared_lse = shared_lse.reshape(hkv, n, g * q).transpose(0, 1)
         row_lse = lse.index_select(0, rows)
         total = torch.logaddexp(row_lse, shared_lse)
@@ -119,6 +119,34 @@ def prefix_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         out = out.index_copy(0, rows, merged)
         lse = lse.index_copy(0, rows, total)
     return out.to(query.dtype).reshape(b, h, q, d).transpose(1, 2).contiguous()
+
+
+def _shared_attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scaling: float | None
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention of ``query`` (1, Hkv, M, D) to a prefix (Hkv, S, D): output (float32) and lse.
+
+    The kernel spreads (batch x heads x query blocks) over the threads, which a few key/value
+    heads and one query block leave idle or unbalanced (3 heads on 2 threads). The prefix is
+    therefore cut into one chunk per thread, laid out as a batch (views, no copy), and the chunks'
+    results merged by their log-sum-exp like the two parts of :func:`prefix_attention`.
+    """
+    hkv, s, d = keys.shape
+    chunks = max(1, min(torch.get_num_threads(), s // MIN_CHUNK))
+    if chunks == 1:
+        out, lse = _flash_with_lse(query, keys[None], values[None], scale=scaling)
+        return out[0].float(), lse[0]
+    size = s // chunks
+    main = size * chunks
+
+    def split(t: torch.Tensor) -> torch.Tensor:
+        return t[:, :main].reshape(hkv, chunks, size, d).transpose(0, 1)
+
+    out, lse = _flash_with_lse(query.expand(chunks, -1, -1, -1), split(keys), split(values), scale=scaling)
+    if main < s:  # the few positions left over
+        rest, rest_lse = _flash_with_lse(query, keys[None, :, main:], values[None, :, main:], scale=scaling)
+        out, lse = torch.cat([out, rest]), torch.cat([lse, rest_lse])
+    total = torch.logsumexp(lse, dim=0)
+    return (out.float() * torch.exp(lse - total)[..., None]).sum(0), total
 
 
 # Registered by name (like a verl agent loop); selecting it is per model, see ``server_attention_for``.

@@ -95,6 +95,18 @@ def filter_scores(scores: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
     return scores
 
 
+def sample_categorical(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One draw (B,) from each row of (B, V) probabilities, by inverse CDF in float64.
+
+    One uniform number per row instead of one per vocabulary entry: ``torch.multinomial`` draws
+    B x V exponentials, ~8 ms per decode step for 8 rows of SmolLM2's 49k-token vocabulary on this
+    CPU. A token of probability 0 (cut by top-k/top-p) is never drawn: its CDF step is empty.
+    """
+    cdf = probs.double().cumsum(dim=-1)
+    u = torch.rand(probs.shape[0], 1, dtype=torch.float64, generator=generator) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=probs.shape[1] - 1)
+
+
 def parse_sampling_params(params: Mapping[str, Any], default_max_tokens: int) -> tuple[SamplingKey, int]:
     """``(key, max_tokens)`` from verl-style sampling params.
 
@@ -388,7 +400,7 @@ class HFServerManager:
             if key.temperature <= 0:
                 return logits.argmax(dim=-1)
             scores = filter_scores(logits / key.temperature, key.top_k, key.top_p)
-            return torch.multinomial(torch.softmax(scores, dim=-1), 1, generator=generator).squeeze(1)
+            return sample_categorical(torch.softmax(scores, dim=-1), generator)
 
         def logprob_of(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
             return torch.log_softmax(logits / temperature, dim=-1).gather(1, tokens[:, None]).squeeze(1)

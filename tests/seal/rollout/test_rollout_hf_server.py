@@ -8,7 +8,7 @@ import pytest
 import torch
 from verl.workers.rollout.replica import TokenOutput
 
-from seal.rollout.hf_server import HFServerManager, _Request, filter_scores, parse_sampling_params
+from seal.rollout.hf_server import HFServerManager, _Request, filter_scores, parse_sampling_params, sample_categorical
 from seal.rollout.kv_cache import Entry, KVShape, PrefixStore
 from seal.rollout.kv_engine import PrefillItem, prefill, prefill_many, prefill_padded
 
@@ -180,6 +180,16 @@ def test_filter_scores() -> None:
     assert torch.isinf(filter_scores(scores, 2, 1.0)).tolist() == [[False, False, True, True]]
     assert torch.isinf(filter_scores(scores, -1, 0.7)).tolist() == [[False, False, True, True]]
     assert torch.isinf(filter_scores(scores, -1, 0.4)).tolist() == [[False, True, True, True]]
+
+
+def test_sample_categorical_draws_from_the_distribution() -> None:
+    probs = torch.tensor([[0.5, 0.3, 0.2, 0.0], [0.0, 0.0, 1.0, 0.0]]).repeat(10000, 1)
+    draws = sample_categorical(probs, torch.Generator().manual_seed(0))
+    first = torch.bincount(draws[0::2], minlength=4) / 10000
+    assert torch.allclose(first, torch.tensor([0.5, 0.3, 0.2, 0.0]), atol=0.02) and first[3] == 0
+    assert (draws[1::2] == 2).all()  # zero-probability tokens are never drawn
+    again = sample_categorical(probs, torch.Generator().manual_seed(0))
+    assert torch.equal(draws, again)
 
 
 def test_autocast_engines_agree() -> None:
