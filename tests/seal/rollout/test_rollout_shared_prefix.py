@@ -50,6 +50,28 @@ def test_prefix_attention_equals_attention_over_the_whole_context(q: int, dtype:
         assert torch.allclose(out[i:i + 1].float(), ref, atol=tol), (i, (out[i:i + 1].float() - ref).abs().max())
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+def test_shared_prefix_split_per_thread(threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The prefix cut into one chunk per thread (41 positions: a remainder too) gives the same result."""
+    torch.manual_seed(2)
+    monkeypatch.setattr(attention, "MIN_CHUNK", 8)
+    before = torch.get_num_threads()
+    query = torch.randn(2, HKV * G, 1, D)
+    key, value = torch.randn(2, HKV, 3, D), torch.randn(2, HKV, 3, D)
+    pk, pv = torch.randn(HKV, 41, D), torch.randn(HKV, 41, D)
+    group = [PrefixGroup(torch.tensor([0, 1]), [pk], [pv])]
+    try:
+        torch.set_num_threads(1)
+        whole = prefix_attention(query, key, value, None, group, 0, None)
+        torch.set_num_threads(threads)
+        split = prefix_attention(query, key, value, None, group, 0, None)
+    finally:
+        torch.set_num_threads(before)
+    ref = _reference(query[:1], torch.cat([pk[None], key[:1]], 2), torch.cat([pv[None], value[:1]], 2),
+                     torch.ones(1, 44, dtype=torch.bool))
+    assert torch.allclose(split, whole, atol=1e-5) and torch.allclose(split[:1], ref, atol=1e-5)
+
+
 def test_prefix_attention_causal_without_mask() -> None:
     """No mask with several new positions = causal over them (how transformers passes a plain prompt)."""
     torch.manual_seed(1)
