@@ -47,6 +47,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "bf16: the server's private bf16 copy")
     p.add_argument("--engine", choices=["kv_cache", "generate"], default="kv_cache",
                    help="kv_cache: prefix key/value reuse (default); generate: one model.generate per batch")
+    p.add_argument("--shared-prefix-min-tokens", type=int, default=None,
+                   help="server option: rows sharing this many leading tokens read them once per step "
+                        "(default: the server's; 0 = off, the ablation)")
     p.add_argument("--modes", default="sequential,batched")
     p.add_argument("--no-few-shot", action="store_true")
     p.add_argument("--json", default=None, help="also write the figures to this file")
@@ -75,7 +78,9 @@ async def run_mode(mode: str, args: argparse.Namespace, model: Any, tokenizer: A
     server = HFServerManager(model, tokenizer, max_batch_size=batch,
                              dtype=torch.bfloat16 if args.dtype == "bf16" else None,
                              autocast_dtype=torch.bfloat16 if args.dtype == "autocast" else None,
-                             seed=args.seed, prefix_cache_tokens=0 if args.engine == "generate" else 131072)
+                             seed=args.seed, prefix_cache_tokens=0 if args.engine == "generate" else 131072,
+                             **({} if args.shared_prefix_min_tokens is None
+                                else {"shared_prefix_min_tokens": args.shared_prefix_min_tokens}))
     cfg = make_config(args)
     rows = [t for t in args.tasks.split(",") for _ in range(args.n)]
     sampling = {"temperature": args.temperature, "top_p": 1.0}

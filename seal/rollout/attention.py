@@ -1,7 +1,7 @@
 """Attention for the HF server's cached engine: grouped-query decode and shared-prefix attention.
 
 Two functions are registered with transformers' ``AttentionInterface`` under one name and
-selected per model by :func:`server_attention`:
+selected per model by :func:`server_attention_for`:
 
 * **Grouped-query decode.** transformers' CPU path expands keys/values (B, Hkv, L, D) to all query
   heads before SDPA, which copies the whole cache every step. For one query position the query

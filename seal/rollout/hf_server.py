@@ -12,8 +12,11 @@ Two engines do the batch. With ``prefix_cache_tokens > 0`` (default) the server 
 key/values of recent contexts (:mod:`seal.rollout.kv_cache`): each request computes only the part
 of its context not seen before (in an episode, the last observation), the rows' new parts are
 prefilled together in padded forwards (:func:`~seal.rollout.kv_engine.prefill_many`), then the rows
-decode together in a loop of the server's own (temperature, top-k, top-p sampling). With ``prefix_cache_tokens=0``
-the batch is one left-padded ``model.generate`` call, which recomputes every context in full.
+decode together in a loop of the server's own (temperature, top-k, top-p sampling). Rows that share
+at least ``shared_prefix_min_tokens`` leading tokens (the episodes of one task share the prompt)
+read that prefix once per forward instead of once per row (:mod:`seal.rollout.attention`). With
+``prefix_cache_tokens=0`` the batch is one left-padded ``model.generate`` call, which recomputes
+every context in full.
 
 Semantics, documented because the trainer relies on them:
 

@@ -140,7 +140,12 @@ def common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:
 
 @dataclass
 class PrefixStore:
-    """Least-recently-used store of contexts' key/values, at most ``max_tokens`` positions in all."""
+    """Least-recently-used store of contexts' key/values, at most ``max_tokens`` positions in all.
+
+    The bound counts every entry's whole context, although chained entries share their common
+    part, so it overstates memory: a safe limit. An evicted entry's storage lives on while a stored
+    extension of it points at it (it is part of that extension's context).
+    """
 
     max_tokens: int
     entries: list[Entry] = field(default_factory=list)

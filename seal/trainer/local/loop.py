@@ -120,7 +120,8 @@ class LocalTrainer:
 
         autocast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(str(self.local.autocast))
         return HFServerManager(self.model, self.tokenizer, max_batch_size=int(self.local.generation_batch_size),
-                               autocast_dtype=autocast)
+                               autocast_dtype=autocast,
+                               shared_prefix_min_tokens=int(self.local.shared_prefix_min_tokens))
 
     async def _build_runner(self, factory: RunnerFactory) -> Any:
         return factory(self.cfg, self.server, self.tokenizer, self.env)
