@@ -159,6 +159,14 @@ def uses_server_attention(model: torch.nn.Module) -> bool:
     return getattr(model.config, "_attn_implementation", None) == SERVER_ATTENTION
 
 
+def prefix_groups_supported(model: torch.nn.Module) -> bool:
+    """Whether a call of ``model`` may carry prefix groups: it runs :func:`server_attention` on
+    CPU (the kernel that returns the log-sum-exp is the CPU flash kernel; on a GPU the rows keep
+    their own copies of the prefix, and vLLM is the engine there anyway)."""
+    param = next(model.parameters(), None)
+    return uses_server_attention(model) and param is not None and param.device.type == "cpu"
+
+
 @contextlib.contextmanager
 def server_attention_for(model: torch.nn.Module) -> Iterator[bool]:
     """Use :func:`server_attention` inside the block when the model runs stock ``sdpa``.

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import Cache
 
-from seal.rollout.attention import PREFIX_KWARG, PrefixGroup, uses_server_attention
+from seal.rollout.attention import PREFIX_KWARG, PrefixGroup, prefix_groups_supported
 from seal.rollout.kv_cache import BufferLayer, Entry, KVShape, common_prefix
 
 # Rows sharing at least this many leading tokens attend to them as one shared prefix.
@@ -64,10 +64,10 @@ def prefix_groups(model: Model, contexts: list[torch.Tensor], entries: list[Entr
     A row can share only positions its ``entries[i]`` holds in the chain's root (one contiguous
     tensor, so a group's prefix is a view and one kernel call per layer). The group's key/values
     are views of its first row's root; the other rows hold the same tokens (a common prefix),
-    computed by the same weights. No groups unless the model runs the server attention.
+    computed by the same weights. No groups unless the model runs the server attention on CPU.
     """
     shared = [0] * len(contexts)
-    if not uses_server_attention(model):
+    if not prefix_groups_supported(model):
         return [], shared
     spans = [e.root_span() if e is not None else (None, 0) for e in entries]
     limit = [min(u, n) for u, (_, n) in zip(usable, spans)]

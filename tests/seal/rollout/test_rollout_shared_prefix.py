@@ -86,6 +86,19 @@ def test_prefix_attention_causal_without_mask() -> None:
         prefix_attention(query, torch.randn(1, HKV, 6, D), torch.randn(1, HKV, 6, D), None, [], 0, None)
 
 
+def test_prefix_groups_only_with_the_server_attention_on_cpu() -> None:
+    model = tiny_model()
+    contexts, entries = [torch.arange(20)] * 2, [Entry(torch.arange(20), [torch.zeros(1, 20, 16)] * 2,
+                                                       [torch.zeros(1, 20, 16)] * 2)] * 2
+    assert prefix_groups(model, contexts, entries, [20, 20], 8)[1] == [0, 0]  # stock sdpa: no groups
+    with server_attention_for(model):
+        assert prefix_groups(model, contexts, entries, [20, 20], 8)[1] == [20, 20]
+    meta = tiny_model().to("meta")  # stands in for a GPU: not the CPU kernel
+    with server_attention_for(meta):
+        assert attention.uses_server_attention(meta) and not attention.prefix_groups_supported(meta)
+        assert prefix_groups(meta, contexts, entries, [20, 20], 8)[1] == [0, 0]
+
+
 def test_group_rows_pays_for_sharing_only() -> None:
     base = torch.arange(100)
     sib = [torch.cat([base, torch.tensor([t])]) for t in (500, 501, 502)]
