@@ -97,7 +97,7 @@ def prefix_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     bias = None
     if mask is not None:
         allowed = mask.expand(b, 1, q, key.shape[2]).repeat(1, 1, g, 1)
-        bias = torch.zeros(allowed.shape, dtype=query.dtype).masked_fill_(~allowed, float("-inf"))
+        bias = torch.zeros(allowed.shape, dtype=query.dtype, device=query.device).masked_fill_(~allowed, float("-inf"))
     if causal:  # the kernel takes no grouped layout for this: repeat the few kv heads instead
         own, own_lse = _flash_with_lse(query, key.repeat_interleave(g, 1), value.repeat_interleave(g, 1),
                                        is_causal=True, scale=scaling)

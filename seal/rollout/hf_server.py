@@ -20,6 +20,10 @@ every context in full.
 
 Semantics, documented because the trainer relies on them:
 
+* **Device.** The server runs where the model is (CPU, or one GPU for the local trainer's
+  ``seal.local.device=cuda``): inputs, cache buffers and autocast follow the model's device.
+  Shared-prefix attention is CPU-only (it uses the CPU flash kernel); on a GPU each row keeps its
+  own copy of the prompt.
 * **Weights.** ``dtype=None`` (default) generates with the very module object passed in, so a
   trainer that updates that module in place is always sampled on-policy; ``autocast_dtype`` (bf16
   by default, ``None`` = off) runs its matmuls in bf16 while the master weights stay fp32.
@@ -106,7 +110,7 @@ def sample_categorical(probs: torch.Tensor, generator: torch.Generator | None = 
     CPU. A token of probability 0 (cut by top-k/top-p) is never drawn: its CDF step is empty.
     """
     cdf = probs.double().cumsum(dim=-1)
-    u = torch.rand(probs.shape[0], 1, dtype=torch.float64, generator=generator) * cdf[:, -1:]
+    u = torch.rand(probs.shape[0], 1, dtype=torch.float64, generator=generator).to(cdf.device) * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=probs.shape[1] - 1)
 
 
@@ -244,6 +248,7 @@ class HFServerManager:
         pad = getattr(tokenizer, "pad_token_id", None)
         self.pad_id = int(pad) if pad is not None else self.eos_ids[0]
         self.max_positions = int(getattr(model.config, "max_position_embeddings", 0) or 0) or None
+        self.device = next(self.model.parameters()).device  # inputs, cache buffers and autocast follow it
         self.stats = ServerStats()
         self.prefix_cache = kv_cache.PrefixStore(prefix_cache_tokens) if prefix_cache_tokens > 0 else None
         self._cache_version: tuple[int, ...] = ()
@@ -348,7 +353,7 @@ class HFServerManager:
         try:
             # no_grad, not inference_mode: under inference_mode autocast re-casts every weight on
             # every forward; under no_grad it casts each once per batch (its cast cache).
-            with torch.no_grad(), torch.autocast("cpu", dtype=self.autocast_dtype or torch.bfloat16,
+            with torch.no_grad(), torch.autocast(self.device.type, dtype=self.autocast_dtype or torch.bfloat16,
                                                         enabled=use_autocast):
                 yield
         finally:
@@ -389,7 +394,7 @@ class HFServerManager:
     def _cached_batch(self, batch: list[_Request], stop_ids: set[int]) -> list[TokenOutput]:
         """Prefill each request past its longest cached prefix, then decode all rows together."""
         store = self.prefix_cache
-        shape = kv_cache.KVShape.of(self.model.config, self._kv_dtype())
+        shape = kv_cache.KVShape.of(self.model.config, self._kv_dtype(), self.device)
         started = time.monotonic()
         rows, first = self._prefill_rows(batch, shape)
         self.stats.prefill_seconds += time.monotonic() - started
@@ -464,11 +469,13 @@ class HFServerManager:
             top_k=(key.top_k if key.top_k > 0 else 0) if sampling else None,
             eos_token_id=sorted(stop_ids), pad_token_id=self.pad_id, use_cache=True, return_dict_in_generate=True)
         recorder = _LogProbRecorder(key.temperature)
-        rng = torch.random.fork_rng(devices=[]) if self.seed is not None else contextlib.nullcontext()
+        gpus = [self.device.index or 0] if self.device.type == "cuda" else []
+        rng = torch.random.fork_rng(devices=gpus) if self.seed is not None else contextlib.nullcontext()
         with rng:
             if self.seed is not None:
                 torch.manual_seed(self.seed + self.stats.batches)
-            out = self.model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config,
+            out = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device),
+                                      generation_config=config,
                                       logits_processor=LogitsProcessorList([recorder]))
         new_tokens = out.sequences[:, width:]
         logprobs = recorder.finish(new_tokens)

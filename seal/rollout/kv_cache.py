@@ -52,17 +52,18 @@ class KVShape:
     heads: int
     head_dim: int
     dtype: torch.dtype
+    device: torch.device = torch.device("cpu")
 
     @classmethod
-    def of(cls, config: object, dtype: torch.dtype) -> KVShape:
+    def of(cls, config: object, dtype: torch.dtype, device: torch.device | str = "cpu") -> KVShape:
         heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        return cls(config.num_hidden_layers, heads, head_dim, dtype)
+        return cls(config.num_hidden_layers, heads, head_dim, dtype, torch.device(device))
 
     def buffers(self, batch: int, capacity: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         shape = (batch, self.heads, capacity, self.head_dim)
-        return ([torch.zeros(shape, dtype=self.dtype) for _ in range(self.layers)],
-                [torch.zeros(shape, dtype=self.dtype) for _ in range(self.layers)])
+        return ([torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.layers)],
+                [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(self.layers)])
 
 
 @dataclass(eq=False)  # identity: entries hold tensors

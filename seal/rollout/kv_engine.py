@@ -74,7 +74,7 @@ def prefix_groups(model: Model, contexts: list[torch.Tensor], entries: list[Entr
     groups = []
     for rows, length in group_rows(contexts, limit, min_shared):
         root = spans[rows[0]][0]
-        groups.append(PrefixGroup(torch.tensor(rows), [k[:, :length] for k in root.keys],
+        groups.append(PrefixGroup(torch.tensor(rows, device=root.keys[0].device), [k[:, :length] for k in root.keys],
                                   [v[:, :length] for v in root.values]))
         for i in rows:
             shared[i] = length
@@ -168,8 +168,9 @@ def prefill_padded(model: Model, shape: KVShape, items: list[PrefillItem], min_s
     # One row needs no padding: a 2-D mask lets the model use causal attention (which skips the
     # masked half; on a 4k-token prompt that halves the attention work).
     mask = torch.ones(1, p + q, dtype=torch.long) if b == 1 else allowed
-    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                use_cache=True, logits_to_keep=1, **extra)
+    dev = shape.device
+    out = model(input_ids=input_ids.to(dev), attention_mask=mask.to(dev), position_ids=positions.to(dev),
+                past_key_values=cache, use_cache=True, logits_to_keep=1, **extra)
     logits = out.logits[:, -1].float()
     results = []
     for i, (it, r, n) in enumerate(zip(items, reuse, new)):
@@ -201,16 +202,17 @@ def decode(model: Model, shape: KVShape, rows: list[Entry], first_logits: torch.
     b, steps = len(rows), max(max_tokens)
     width = max(len(r) - s for r, s in zip(rows, shared))
     keys, values = shape.buffers(b, width + steps)
-    mask = torch.zeros(b, width + steps, dtype=torch.long)
+    dev = shape.device
+    mask = torch.zeros(b, width + steps, dtype=torch.long, device=dev)
     for i, (row, s) in enumerate(zip(rows, shared)):
         row.write(keys, values, i, width - (len(row) - s), s, len(row))
         mask[i, width - (len(row) - s):width] = 1
     cache = Cache(layers=[BufferLayer(k, v, width) for k, v in zip(keys, values)])
     extra = {PREFIX_KWARG: groups} if groups else {}
-    positions = torch.tensor([[len(r)] for r in rows])
-    stop = torch.tensor(sorted(stop_ids))
-    limits = torch.tensor(max_tokens)
-    done = torch.zeros(b, dtype=torch.bool)
+    positions = torch.tensor([[len(r)] for r in rows], device=dev)
+    stop = torch.tensor(sorted(stop_ids), device=dev)
+    limits = torch.tensor(max_tokens, device=dev)
+    done = torch.zeros(b, dtype=torch.bool, device=dev)
     out_tokens, out_lp, logits = [], [], first_logits
     for t in range(steps):
         tok = choose(logits)

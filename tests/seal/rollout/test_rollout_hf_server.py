@@ -251,3 +251,23 @@ def test_batched_follow_up_calls_match_one_at_a_time() -> None:
     for a, b in zip(*outs):
         assert a.token_ids == b.token_ids
         assert torch.allclose(torch.tensor(a.log_probs), torch.tensor(b.log_probs), atol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("engine", ENGINES)
+def test_server_on_one_gpu_matches_cpu(engine: str) -> None:
+    """The local trainer's one-GPU mode: inputs, cache buffers and autocast follow the model's
+    device (shared-prefix attention is CPU-only and stays off there)."""
+    greedy = {"temperature": 0, "max_tokens": 6}
+    shared = list(range(3, 63))
+    prompts = [shared + [40], shared + [41], [5, 6, 7]]
+    outs = []
+    for device in ("cpu", "cuda"):
+        server = HFServerManager(tiny_model().to(device), _Tok(), autocast_dtype=None,
+                                 prefix_cache_tokens=ENGINES[engine], shared_prefix_min_tokens=16)
+        first = gather(server, prompts, greedy)
+        follow = [p + o.token_ids + [50] for p, o in zip(prompts, first)]
+        outs.append(first + gather(server, follow, greedy))
+    for a, b in zip(*outs):
+        assert a.token_ids == b.token_ids
+        assert torch.allclose(torch.tensor(a.log_probs), torch.tensor(b.log_probs), atol=1e-3)
