@@ -51,10 +51,6 @@ class PrefixGroup:
     keys: Sequence[torch.Tensor]
     values: Sequence[torch.Tensor]
 
-    @property
-    def length(self) -> int:
-        return int(self.keys[0].shape[1])
-
 
 def server_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                      attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,

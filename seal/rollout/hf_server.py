@@ -75,7 +75,7 @@ DEFAULT_MAX_TOKENS = 512
 DEFAULT_PREFIX_CACHE_TOKENS = 65536  # ~1.5 GB of SmolLM2 key/values in bf16, 3 GB in fp32
 DEFAULT_PREFILL_TOKEN_BUDGET = 4096
 # A request sharing this many more tokens with a batch-mate than with the cache waits for it.
-SHARED_PREFIX_MIN = 32
+WAIT_FOR_SHARED_MIN = 32
 
 
 @dataclass(frozen=True)
@@ -439,7 +439,7 @@ class HFServerManager:
             wave, deferred, items = [], [], []
             for i in pending:
                 _, reuse = store.lookup(contexts[i], record=False)
-                if any(kv_cache.common_prefix(contexts[j], contexts[i]) > reuse + SHARED_PREFIX_MIN for j in wave):
+                if any(kv_cache.common_prefix(contexts[j], contexts[i]) > reuse + WAIT_FOR_SHARED_MIN for j in wave):
                     deferred.append(i)
                     continue
                 entry, reuse = store.lookup(contexts[i])

@@ -233,7 +233,7 @@ def test_batched_follow_up_calls_match_one_at_a_time() -> None:
     and log-probs as one at a time; a group sharing a new prompt computes it once."""
     model = tiny_model()
     greedy = {"temperature": 0, "max_tokens": 6}
-    shared = list(range(3, 63))  # longer than SHARED_PREFIX_MIN
+    shared = list(range(3, 63))  # longer than WAIT_FOR_SHARED_MIN
     prompts = [shared + [40], shared + [41], shared + [42, 43], [5, 6, 7]]
     outs = []
     for batch_size in (8, 1):
