@@ -29,6 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 DEFAULT_TASKS = "multi_turn_base_100,multi_turn_base_104"
+RELEVANT_FLAGS = ("avx2", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -41,10 +42,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-llm-calls", type=int, default=4)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dtype", choices=["autocast", "fp32", "bf16"], default="autocast",
-                   help="autocast: the shared fp32 module under bf16 autocast (the local trainer's setting, "
-                        "seal.local.autocast=bf16); fp32: the shared fp32 module, no autocast; "
-                        "bf16: the server's private bf16 copy")
+    p.add_argument("--dtype", choices=["auto", "autocast", "fp32", "bf16"], default="auto",
+                   help="auto: the local trainer's default (seal.local.autocast=auto): bf16 autocast over the "
+                        "shared fp32 module where the CPU runs bf16 natively, else fp32; autocast: bf16 "
+                        "autocast whatever the CPU (seal.local.autocast=bf16); fp32: no autocast "
+                        "(seal.local.autocast=none); bf16: the server's private bf16 copy")
     p.add_argument("--engine", choices=["kv_cache", "generate"], default="kv_cache",
                    help="kv_cache: prefix key/value reuse (default); generate: one model.generate per batch")
     p.add_argument("--shared-prefix-min-tokens", type=int, default=None,
@@ -77,7 +79,7 @@ async def run_mode(mode: str, args: argparse.Namespace, model: Any, tokenizer: A
     batch = 1 if mode == "sequential" else args.concurrency
     server = HFServerManager(model, tokenizer, max_batch_size=batch,
                              dtype=torch.bfloat16 if args.dtype == "bf16" else None,
-                             autocast_dtype=torch.bfloat16 if args.dtype == "autocast" else None,
+                             autocast_dtype=args.autocast_dtype,
                              seed=args.seed, prefix_cache_tokens=0 if args.engine == "generate" else 131072,
                              **({} if args.shared_prefix_min_tokens is None
                                 else {"shared_prefix_min_tokens": args.shared_prefix_min_tokens}))
@@ -115,6 +117,25 @@ async def run_mode(mode: str, args: argparse.Namespace, model: Any, tokenizer: A
     }
 
 
+def describe_precision(dtype: str) -> Any:
+    """Print the CPU's bf16-relevant flags and the precision chosen; returns the server's autocast dtype."""
+    import torch
+
+    from seal.rollout import precision
+
+    flags = precision.cpu_flags()
+    shown = sorted(f for f in (flags or ()) if f in RELEVANT_FLAGS) if flags is not None else ["(unknown)"]
+    print(f"cpu flags: {' '.join(shown) or '(none of ' + ', '.join(RELEVANT_FLAGS) + ')'}; "
+          f"torch kernels {torch.backends.cpu.get_cpu_capability()}, "
+          f"oneDNN bf16 {bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())}")
+    setting = {"auto": "auto", "autocast": "bf16", "fp32": "none", "bf16": "none"}[dtype]
+    choice = precision.resolve_autocast(setting, "cpu")
+    label = "private bf16 weights" if dtype == "bf16" else (
+        "fp32 (no autocast)" if choice.dtype is None else "bf16 autocast over fp32 weights")
+    print(f"precision: --dtype {dtype} -> {label} ({choice.reason})")
+    return choice.dtype
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -127,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
     print(f"torch threads {torch.get_num_threads()}, cpus {os.cpu_count()}, load average {os.getloadavg()}")
+    args.autocast_dtype = describe_precision(args.dtype)
     results = []
     with EnvClient.in_process() as client:
         for mode in args.modes.split(","):

@@ -25,8 +25,9 @@ Semantics, documented because the trainer relies on them:
   Shared-prefix attention is CPU-only (it uses the CPU flash kernel); on a GPU each row keeps its
   own copy of the prompt.
 * **Weights.** ``dtype=None`` (default) generates with the very module object passed in, so a
-  trainer that updates that module in place is always sampled on-policy; ``autocast_dtype`` (bf16
-  by default, ``None`` = off) runs its matmuls in bf16 while the master weights stay fp32.
+  trainer that updates that module in place is always sampled on-policy; ``autocast_dtype`` runs
+  its matmuls in that dtype while the master weights stay fp32 (``None`` = off; ``"auto"``, the
+  default: bf16 where the device runs it natively, else off, :mod:`seal.rollout.precision`).
   ``dtype=torch.bfloat16`` keeps a private bf16 copy instead (half the memory of a second fp32
   copy); then call :meth:`HFServerManager.update_weights` after every optimizer step, which copies
   the weights in. On the 2-core CPU of docs/benchmarks.md, bf16 made prefill faster but decoding
@@ -67,7 +68,7 @@ import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 from verl.workers.rollout.replica import TokenOutput
 
-from seal.rollout import attention, kv_cache, kv_engine
+from seal.rollout import attention, kv_cache, kv_engine, precision
 
 log = logging.getLogger(__name__)
 
@@ -208,8 +209,8 @@ class HFServerManager:
         batch_wait_ms: collect more requests while each arrives within this gap of the previous one.
         max_wait_ms: never hold the first request longer than this before starting a batch.
         dtype: ``None`` shares ``model``; a dtype keeps a private copy in that dtype.
-        autocast_dtype: autocast dtype for generation on CPU (``None`` = off); ignored when the model
-            already runs in that dtype.
+        autocast_dtype: autocast dtype for generation (``None`` = off, ``"auto"`` = bf16 where the
+            model's device runs it natively); ignored when the model already runs in that dtype.
         seed: see "Randomness" in the module docstring.
         default_max_tokens: ``max_tokens`` when a request names none.
         prefix_cache_tokens: positions of key/values kept for reuse (0 = use ``model.generate``).
@@ -221,7 +222,7 @@ class HFServerManager:
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, *, max_batch_size: int = 16,
                  batch_wait_ms: float = 30.0, max_wait_ms: float = 500.0, dtype: torch.dtype | None = None,
-                 autocast_dtype: torch.dtype | None = torch.bfloat16, seed: int | None = None,
+                 autocast_dtype: torch.dtype | str | None = "auto", seed: int | None = None,
                  default_max_tokens: int = DEFAULT_MAX_TOKENS,
                  prefix_cache_tokens: int = DEFAULT_PREFIX_CACHE_TOKENS,
                  prefill_token_budget: int = DEFAULT_PREFILL_TOKEN_BUDGET,
@@ -241,7 +242,6 @@ class HFServerManager:
         self.max_batch_size = max_batch_size
         self.batch_wait_s = batch_wait_ms / 1e3
         self.max_wait_s = max_wait_ms / 1e3
-        self.autocast_dtype = autocast_dtype
         self.seed = seed
         self.default_max_tokens = default_max_tokens
         self.eos_ids = self._eos_ids(model, tokenizer)
@@ -249,6 +249,11 @@ class HFServerManager:
         self.pad_id = int(pad) if pad is not None else self.eos_ids[0]
         self.max_positions = int(getattr(model.config, "max_position_embeddings", 0) or 0) or None
         self.device = next(self.model.parameters()).device  # inputs, cache buffers and autocast follow it
+        if isinstance(autocast_dtype, str):
+            choice = precision.resolve_autocast(autocast_dtype, self.device)
+            precision.log_choice(autocast_dtype, choice, "generation server")
+            autocast_dtype = choice.dtype
+        self.autocast_dtype = autocast_dtype
         self.stats = ServerStats()
         self.prefix_cache = kv_cache.PrefixStore(prefix_cache_tokens) if prefix_cache_tokens > 0 else None
         self._cache_version: tuple[int, ...] = ()

@@ -20,6 +20,7 @@ from omegaconf import DictConfig
 
 from seal.config import ConfigError, to_plain
 from seal.rewards import RewardConfig
+from seal.rollout.precision import AUTOCAST_DTYPES, log_choice, resolve_autocast
 from seal.types import category_of
 from seal.trainer import RunStopped
 from seal.trainer.hooks import SealHooks
@@ -93,6 +94,11 @@ class LocalTrainer:
         self.reward_cfg = RewardConfig.from_dict(to_plain(cfg.seal.reward))
         self.env = env_client if env_client is not None else make_env_client(cfg)
         self._own_env = env_client is None
+        # One precision for generation and the update (seal.rollout.precision: auto = bf16 only
+        # where the device runs it natively), logged once.
+        choice = resolve_autocast(str(self.local.autocast), self.device)
+        log_choice(str(self.local.autocast), choice, "local trainer (generation and update)")
+        self.autocast = choice.setting
         self.server = self._make_server()
         # One event loop for the whole run: the runner and the generation server bind to it.
         self.loop = asyncio.new_event_loop()
@@ -118,9 +124,8 @@ class LocalTrainer:
     def _make_server(self) -> Any:
         from seal.rollout.hf_server import HFServerManager
 
-        autocast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(str(self.local.autocast))
         return HFServerManager(self.model, self.tokenizer, max_batch_size=int(self.local.generation_batch_size),
-                               autocast_dtype=autocast,
+                               autocast_dtype=AUTOCAST_DTYPES[self.autocast],
                                shared_prefix_min_tokens=int(self.local.shared_prefix_min_tokens))
 
     async def _build_runner(self, factory: RunnerFactory) -> Any:
@@ -220,7 +225,7 @@ class LocalTrainer:
                         sum(len(e.prompt_ids) + len(e.response_ids) for e in kept))
             metrics.update(policy_update(
                 self.model, self.ref_model, self.optimizer, batch, adv, self.loss_settings,
-                device=self.device, autocast=str(self.local.autocast),
+                device=self.device, autocast=self.autocast,
                 mini_batch_rows=int(self.actor.ppo_mini_batch_size) * n, ppo_epochs=int(self.actor.ppo_epochs),
                 grad_clip=float(self.actor.grad_clip)))
         else:

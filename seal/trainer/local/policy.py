@@ -1,7 +1,8 @@
 """The policy on one device: loading, per-token log-probs, and verl's GRPO/PPO loss.
 
 Weights stay fp32 (master weights): with bf16 weights an update at lr 1e-6 rounds away. The
-forward passes run under bf16 autocast on CPU when ``seal.local.autocast=bf16``.
+forward passes run under bf16 autocast when ``seal.local.autocast`` resolves to bf16 (``auto``:
+only where the device runs bf16 natively, :mod:`seal.rollout.precision`).
 """
 
 from __future__ import annotations
@@ -18,10 +19,14 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from seal.config import REPO_ROOT, ConfigError
+from seal.rollout.precision import resolve_autocast
 
 logger = logging.getLogger(__name__)
 
-AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "none": None}
+# KL estimators (verl's kl_penalty names) whose gradient vanishes where the policy equals the
+# reference: k2/mse, k3/low_var_kl, abs (torch's subgradient at 0 is 0) and every straight-through
+# "+" form (its backward is k2's). k1 ("kl") has gradient 1 per token there, so it never does.
+KL_ZERO_GRAD_AT_REFERENCE = frozenset({"low_var_kl", "k3", "mse", "k2", "abs"})
 
 
 def resolve_device(name: str) -> torch.device:
@@ -33,10 +38,8 @@ def resolve_device(name: str) -> torch.device:
 
 
 def autocast_context(device: torch.device, mode: str) -> contextlib.AbstractContextManager:
-    """bf16/fp16 autocast on ``device`` (``none``: full precision)."""
-    if mode not in AUTOCAST_DTYPES:
-        raise ConfigError(f"seal.local.autocast={mode!r}: choose one of {list(AUTOCAST_DTYPES)}")
-    dtype = AUTOCAST_DTYPES[mode]
+    """bf16/fp16 autocast on ``device`` (``none``: full precision; ``auto``: resolved for ``device``)."""
+    dtype = resolve_autocast(mode, device).dtype
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=dtype)
@@ -74,6 +77,17 @@ def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
     return ref
 
 
+def same_weights(model: torch.nn.Module, other: torch.nn.Module) -> bool:
+    """Whether two modules hold bit-identical parameters (one pass over the weights, stopping at
+    the first difference): the exact test of "the policy still equals the reference"."""
+    theirs = dict(other.named_parameters())
+    for name, p in model.named_parameters():
+        q = theirs.get(name)
+        if q is None or q.shape != p.shape or not torch.equal(p.detach(), q.detach().to(p.device)):
+            return False
+    return len(theirs) == len(dict(model.named_parameters()))
+
+
 def response_logprobs(
     model: torch.nn.Module, prompt_ids: Sequence[int], response_ids: Sequence[int], device: torch.device
 ) -> torch.Tensor:
@@ -101,6 +115,14 @@ class LossSettings:
     use_kl_loss: bool
     kl_loss_coef: float
     kl_loss_type: str
+    # The local loss has no entropy term (from_cfg refuses one); the field exists so the
+    # zero-advantage rule below stays right should one be added.
+    entropy_coeff: float = 0.0
+
+    @property
+    def kl_grad_vanishes_at_reference(self) -> bool:
+        """Whether the KL term's gradient is exactly 0 while the policy equals the reference."""
+        return self.kl_loss_type.endswith("+") or self.kl_loss_type in KL_ZERO_GRAD_AT_REFERENCE
 
     @classmethod
     def from_cfg(cls, actor: DictConfig) -> LossSettings:

@@ -12,7 +12,8 @@ import numpy as np
 import torch
 
 from seal.trainer.local.episodes import Episode
-from seal.trainer.local.policy import LossSettings, autocast_context, response_logprobs, sequence_loss
+from seal.trainer.local.policy import (LossSettings, autocast_context, response_logprobs, same_weights,
+                                      sequence_loss)
 
 logger = logging.getLogger(__name__)
 
@@ -69,13 +70,39 @@ def _minibatches(n_rows: int, size: int) -> list[list[int]]:
 
 
 @torch.no_grad()
-def _logprobs_nograd(model: torch.nn.Module, batch: Batch, device: torch.device, autocast: str
-                     ) -> list[torch.Tensor]:
-    out = []
+def _logprobs_nograd(model: torch.nn.Module, batch: Batch, rows: Sequence[int], device: torch.device,
+                     autocast: str) -> dict[int, torch.Tensor]:
+    """``row -> (R,)`` response log-probs of ``rows`` under ``model``, no graph."""
+    out = {}
     with autocast_context(device, autocast):
-        for e in batch.episodes:
-            out.append(response_logprobs(model, e.prompt_ids, e.response_ids, device).float().cpu())
+        for i in rows:
+            e = batch.episodes[i]
+            out[i] = response_logprobs(model, e.prompt_ids, e.response_ids, device).float().cpu()
     return out
+
+
+def rows_with_signal(advantages: torch.Tensor, mask: torch.Tensor, settings: LossSettings) -> list[bool]:
+    """Per row of ``advantages`` ``(B, T)``: whether its loss has a term besides the KL one.
+
+    A row whose advantage is exactly 0 on every response token has a PPO-clip term of exactly 0
+    with gradient 0 (every branch of the clip multiplies the advantage). An entropy term would
+    still train such a row, so with one every row counts."""
+    if settings.entropy_coeff != 0:
+        return [True] * advantages.shape[0]
+    return ((advantages != 0) & (mask[:, : advantages.shape[1]] > 0)).any(dim=1).tolist()
+
+
+def kl_gradient_is_zero(model: torch.nn.Module, ref_model: torch.nn.Module | None, settings: LossSettings
+                        ) -> tuple[bool, str]:
+    """Whether the KL term gives no gradient now, and why: there is none, or the policy still
+    equals the reference (bit-identical weights) and the estimator's gradient vanishes there."""
+    if not settings.use_kl_loss or ref_model is None:
+        return True, "no KL loss"
+    if not settings.kl_grad_vanishes_at_reference:
+        return False, f"kl_loss_type={settings.kl_loss_type} has a gradient at the reference"
+    if same_weights(model, ref_model):
+        return True, f"the policy equals the reference, {settings.kl_loss_type} gradient 0"
+    return False, "the policy differs from the reference"
 
 
 def policy_update(
@@ -98,44 +125,88 @@ def policy_update(
     step the old policy *is* the current one, so its log-probs are the detached current ones;
     otherwise they are computed once, before the first update. An update whose gradient norm is
     not finite is skipped, as verl does.
+
+    Rows that cannot change the weights are left out of forward and backward: a zero advantage
+    everywhere (:func:`rows_with_signal`) while the KL term has no gradient
+    (:func:`kl_gradient_is_zero`; once an optimizer step moves the policy off the reference, rows
+    with a KL term train again). The token-mean still divides by the whole mini-batch's tokens,
+    so the gradient is exactly the full batch's. A mini-batch with no row left does no optimizer
+    step (``actor/skipped_updates``): weights and AdamW state (moments, step count) stay as they
+    are; the local trainer has no LR scheduler (constant LR, the paper's recipe).
     """
-    minibatches = _minibatches(len(batch.episodes), mini_batch_rows)
+    n_rows = len(batch.episodes)
+    minibatches = _minibatches(n_rows, mini_batch_rows)
     single = ppo_epochs * len(minibatches) == 1
-    old = None if single else _logprobs_nograd(model, batch, device, autocast)
-    ref = _logprobs_nograd(ref_model, batch, device, autocast) if settings.use_kl_loss and ref_model else None
+    signal = rows_with_signal(advantages, batch.mask, settings)
+    droppable, why = kl_gradient_is_zero(model, ref_model, settings) if not all(signal) else (False, "")
+    # Old log-probs only enter through the ratio, which multiplies the advantage.
+    old = {} if single else _logprobs_nograd(model, batch, [i for i in range(n_rows) if signal[i]], device, autocast)
+    use_ref = settings.use_kl_loss and ref_model is not None
+    ref: dict[int, torch.Tensor] = {}
     model.train()
     sums: Counter[str] = Counter()
-    count = 0
     for _ in range(ppo_epochs):
         for rows in minibatches:
-            ntok = int(batch.mask[rows].sum().item())
-            optimizer.zero_grad(set_to_none=True)
-            loss_total = 0.0
-            for i in rows:
-                e = batch.episodes[i]
-                r = len(e.response_ids)
-                with autocast_context(device, autocast):
-                    logp = response_logprobs(model, e.prompt_ids, e.response_ids, device).float()
-                old_i = logp.detach() if old is None else old[i].to(device)
-                ref_i = ref[i].to(device).unsqueeze(0) if ref is not None else None
-                loss, m = sequence_loss(
-                    logp.unsqueeze(0), old_i.unsqueeze(0), ref_i, advantages[i : i + 1, :r].to(device),
-                    batch.mask[i : i + 1, :r].to(device), settings, batch_num_tokens=max(ntok, 1),
-                    global_batch_size=len(rows),
-                )
-                loss.backward()
-                loss_total += float(loss.detach())
-                sums.update({k: v for k, v in m.items()})
-                count += 1
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip))
-            if math.isfinite(grad_norm):
-                optimizer.step()
-            else:
-                logger.warning("non-finite gradient norm; update skipped")
-            optimizer.zero_grad(set_to_none=True)
-            sums["actor/grad_norm"] += grad_norm * len(rows)
-            sums["actor/loss"] += loss_total * len(rows)
-    out = {k: v / max(count, 1) for k, v in sums.items()}
+            train_rows = [i for i in rows if signal[i] or not droppable]
+            sums["actor/skipped_rows"] += len(rows) - len(train_rows)
+            if not train_rows:
+                sums["actor/skipped_updates"] += 1
+                continue
+            if use_ref:  # the reference is frozen: its log-probs can be taken when first needed
+                ref.update(_logprobs_nograd(ref_model, batch, [i for i in train_rows if i not in ref], device,
+                                            autocast))
+            stepped = _train_minibatch(model, optimizer, batch, advantages, settings, rows, train_rows, old, ref,
+                                       sums, device=device, autocast=autocast, grad_clip=grad_clip)
+            if stepped and use_ref:
+                droppable = False  # the policy has left the reference: the KL term has a gradient now
+    if sums["actor/skipped_updates"] == ppo_epochs * len(minibatches):
+        logger.warning("update skipped: all %d episodes have advantage 0 and no other loss term (%s); no "
+                       "forward/backward, no optimizer step", n_rows, why)
+    count = sums.pop("_sequences", 0)
+    out = {k: v / max(count, 1) for k, v in sums.items() if k not in _COUNTS}
+    out.update({k: float(sums[k]) for k in _COUNTS})
     out["actor/num_updates"] = float(ppo_epochs * len(minibatches))
     out["actor/response_tokens"] = float(batch.mask.sum().item())
     return out
+
+
+_COUNTS = ("actor/skipped_updates", "actor/skipped_rows")
+
+
+def _train_minibatch(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Batch,
+                     advantages: torch.Tensor, settings: LossSettings, rows: list[int], train_rows: list[int],
+                     old: dict[int, torch.Tensor], ref: dict[int, torch.Tensor], sums: Counter[str], *,
+                     device: torch.device, autocast: str, grad_clip: float) -> bool:
+    """Forward/backward over ``train_rows`` of the mini-batch ``rows``, then one optimizer step.
+
+    The aggregation's token count and batch size are the whole mini-batch's (the rows left out
+    contribute exactly 0). Adds to ``sums``; returns whether the optimizer stepped."""
+    ntok = int(batch.mask[rows].sum().item())
+    optimizer.zero_grad(set_to_none=True)
+    loss_total = 0.0
+    for i in train_rows:
+        e = batch.episodes[i]
+        r = len(e.response_ids)
+        with autocast_context(device, autocast):
+            logp = response_logprobs(model, e.prompt_ids, e.response_ids, device).float()
+        old_i = old[i].to(device) if i in old else logp.detach()
+        ref_i = ref[i].to(device).unsqueeze(0) if i in ref else None
+        loss, m = sequence_loss(
+            logp.unsqueeze(0), old_i.unsqueeze(0), ref_i, advantages[i : i + 1, :r].to(device),
+            batch.mask[i : i + 1, :r].to(device), settings, batch_num_tokens=max(ntok, 1),
+            global_batch_size=len(rows),
+        )
+        loss.backward()
+        loss_total += float(loss.detach())
+        sums.update(m)
+        sums["_sequences"] += 1
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip))
+    stepped = math.isfinite(grad_norm)
+    if stepped:
+        optimizer.step()
+    else:
+        logger.warning("non-finite gradient norm; update skipped")
+    optimizer.zero_grad(set_to_none=True)
+    sums["actor/grad_norm"] += grad_norm * len(train_rows)
+    sums["actor/loss"] += loss_total * len(train_rows)
+    return stepped
