@@ -33,8 +33,10 @@ cap decay), and any other verl fields (ignored).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
+import os
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -81,6 +83,7 @@ class _Episode:
     terminated_reason: str | None = None
     llm_fault: bool = False
     error: str | None = None
+    want_logprobs: bool = False
     last_generated: list[int] = field(default_factory=list)
     pending_observation: str | None = None
     clipped_observations: int = 0
@@ -114,6 +117,8 @@ class BfclAgentLoop(AgentLoopBase):
                  *, env_client: Any = None, env_client_factory: Callable[[], Any] | None = None, **kwargs: Any):
         if data_config is None:
             data_config = DictConfigWrap(OmegaConf.create(select(trainer_config.config, "data", {}) or {}))
+        if hf_model_type is None:
+            hf_model_type = model_type_of(select(trainer_config.config, "actor_rollout_ref.model.path"))
         super().__init__(trainer_config, server_manager, tokenizer, processor, dataset_cls, data_config,
                          hf_model_type=hf_model_type, **kwargs)
         self.settings = RolloutSettings.from_config(self.config)
@@ -168,7 +173,8 @@ class BfclAgentLoop(AgentLoopBase):
                 error = str(err)
                 continue
             return self._output(episode, check, task_id, mode, extra_info, env_fault=False, attempts=attempt)
-        episode = last or _Episode(TokenTrace(list(self.chat.generation_header)), [])
+        episode = last or _Episode(TokenTrace(list(self.chat.generation_header)), [],
+                                   want_logprobs=_wants_logprobs(sampling_params))
         episode.terminated_reason, episode.error = ENV_ERROR, error
         log.error("episode of %s counted as an environment fault after %d attempts: %s", task_id, attempts, error)
         return self._output(episode, None, task_id, mode, extra_info, env_fault=True, attempts=attempts)
@@ -199,7 +205,8 @@ class BfclAgentLoop(AgentLoopBase):
         try:
             messages = with_few_shot(list(created.messages), self.settings.few_shot)
             episode = _Episode(TokenTrace(self.chat.prompt_ids(messages)), messages,
-                               category=(created.info or {}).get("category"), turn=(created.info or {}).get("turn"))
+                               category=(created.info or {}).get("category"), turn=(created.info or {}).get("turn"),
+                               want_logprobs=_wants_logprobs(sampling_params))
             holder.append(episode)
             await self._play(client, created.instance_id, episode, sampling_params)
             check = None
@@ -282,6 +289,10 @@ class BfclAgentLoop(AgentLoopBase):
                                              f"{len(out.token_ids)} tokens")
         ids = [int(t) for t in out.token_ids][:max_tokens]
         logprobs = list(out.log_probs)[: len(ids)] if out.log_probs is not None else None
+        if episode.want_logprobs and (logprobs is None or len(logprobs) != len(ids)):
+            # verl's rollout correction needs the sampler's log-prob of every model token.
+            return self._llm_failed(episode, "the server returned no log-probs for a request that asked for them "
+                                             "(actor_rollout_ref.rollout.calculate_log_probs)")
         episode.trace.add_model(ids, logprobs)
         episode.last_generated = ids
         text = self.tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
@@ -311,7 +322,10 @@ class BfclAgentLoop(AgentLoopBase):
                 extra_info: Mapping[str, Any], *, env_fault: bool, attempts: int) -> AgentLoopOutput:
         trace = episode.trace
         prompt_ids = trace.prompt_ids[-self.settings.prompt_length:]
-        excluded = env_fault or episode.llm_fault or episode.terminated_reason == PROMPT_OVERFLOW
+        # Nothing the model wrote (a prompt that did not fit, or no room for one token) is as
+        # untrainable as a fault: excluded, so every trainer leaves it out the same way.
+        excluded = (env_fault or episode.llm_fault or episode.terminated_reason == PROMPT_OVERFLOW
+                    or not any(trace.response_mask))
         check = _json_safe(dict(check)) if check is not None else None
         score, reward_meta = (0.0, {}) if excluded or check is None else self._reward(check, extra_info)
         tags = list((check or {}).get("failure_tags") or (check or {}).get("tags") or [])
@@ -330,7 +344,9 @@ class BfclAgentLoop(AgentLoopBase):
         extra["reward_extra_info"] = {RECORD_KEY: json.dumps(_seal_record(episode, check, extra, trace))}
         return AgentLoopOutput(
             prompt_ids=prompt_ids, response_ids=list(trace.response_ids), response_mask=mask,
-            response_logprobs=list(trace.response_logprobs) if trace.has_logprobs and trace.response_ids else None,
+            # One rule for every episode of a run, whatever happened to it: verl concatenates the
+            # outputs of all episodes and keeps ``rollout_log_probs`` only if every one has them.
+            response_logprobs=list(trace.response_logprobs) if episode.want_logprobs else None,
             reward_score=score, num_turns=1 + episode.num_llm_calls + episode.observations,
             metrics={"generate_sequences": episode.generate_s, "tool_calls": episode.env_s},
             extra_fields=extra)
@@ -354,6 +370,50 @@ def _seal_record(episode: _Episode, check: Mapping[str, Any] | None, extra: Mapp
         "model_turns": check.get("model_turns"), "env_fault": bool(extra["env_fault"]),
         "llm_fault": bool(extra["llm_fault"]), "error": error,
     }
+
+
+def _wants_logprobs(sampling_params: Mapping[str, Any]) -> bool:
+    """Whether the caller asked the server for log-probs (verl: ``rollout.calculate_log_probs``)."""
+    return bool(sampling_params.get("logprobs"))
+
+
+@functools.lru_cache(maxsize=8)
+def model_type_of(model_path: str | None) -> str | None:
+    """The ``model_type`` of a local checkpoint's ``config.json`` (None when unreadable), which
+    verl's agent loop uses to pick its tokenisation builder."""
+    if not model_path:
+        return None
+    path = os.path.join(os.path.expanduser(str(model_path)), "config.json")
+    if not os.path.isfile(path):  # a hub id: its cached config.json, if any (never a download)
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(str(model_path), "config.json")
+        path = cached if isinstance(cached, str) else None
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f).get("model_type")
+    except (OSError, TypeError, ValueError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+class _OncePerMessage(logging.Filter):
+    """Lets each distinct message through once per process: verl builds one tokenisation builder
+    per episode and logs its choice every time (256 lines a step at the paper's scale)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message in self._seen:
+            return False
+        self._seen.add(message)
+        return True
+
+
+logging.getLogger("verl.utils.tokenizer.continuous_token_wiring").addFilter(_OncePerMessage())
 
 
 def _extra_info(value: Any) -> dict:

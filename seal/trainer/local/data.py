@@ -42,14 +42,18 @@ def ids_from_parquet(files: Sequence[Path], key: str) -> list[str]:
 
 
 def select_task_ids(
-    cfg: DictConfig, split: str, *, prompt_tokens: Callable[[str], int] | None = None
+    cfg: DictConfig, split: str, *, prompt_tokens: Callable[[str], int] | None = None,
+    default_max_prompt_tokens: int | None = None,
 ) -> list[str]:
     """The task ids of ``split`` (``train`` / ``val``) after the ``seal.tasks`` filters.
 
     Source: ``seal.tasks.<split>_ids`` when set, else the ids in ``data.<split>_files``. Then,
-    in order: ``categories``; ``max_prompt_tokens`` (needs ``prompt_tokens(task_id)``, the
-    rendered initial prompt length); the first ``max_<split>_tasks``.
+    in order: ``categories``; ``max_prompt_tokens`` (``default_max_prompt_tokens`` when unset;
+    needs ``prompt_tokens(task_id)``, the rendered initial prompt length, see
+    :mod:`seal.rollout.prompt_length`); the first ``max_<split>_tasks``.
     """
+    from seal.rollout.prompt_length import fitting_tasks
+
     t = cfg.seal.tasks
     explicit = t.get(f"{split}_ids")
     if explicit:
@@ -59,11 +63,9 @@ def select_task_ids(
     if t.categories:
         wanted = set(t.categories)
         ids = [i for i in ids if category_of(i) in wanted]
-    if t.max_prompt_tokens and prompt_tokens is not None:
-        kept = [i for i in ids if prompt_tokens(i) <= int(t.max_prompt_tokens)]
-        logger.info("%s: %d of %d tasks fit seal.tasks.max_prompt_tokens=%d", split, len(kept), len(ids),
-                    t.max_prompt_tokens)
-        ids = kept
+    max_tokens = t.max_prompt_tokens or default_max_prompt_tokens
+    if max_tokens and prompt_tokens is not None:
+        ids = fitting_tasks(ids, prompt_tokens, int(max_tokens), split=split)
     limit = t.get(f"max_{split}_tasks")
     if limit:
         ids = ids[: int(limit)]

@@ -26,10 +26,12 @@ from seal.trainer import RunStopped
 from seal.trainer.hooks import SealHooks
 from seal.trainer.local import checkpoint as ckpt
 from seal.trainer.local.data import TaskSampler, select_task_ids
+from seal.rollout.prompt_length import prompt_token_counter
+from seal.trainer.step_rules import select_trainable
 from seal.trainer.local.episodes import Episode, EpisodeJob, episode_from_output, play_all
 from seal.trainer.local.metrics import MetricsLogger
 from seal.trainer.local.policy import LossSettings, frozen_copy, load_policy, resolve_device
-from seal.trainer.local.update import build_batch, drop_lonely, grpo_advantages_verl, policy_update
+from seal.trainer.local.update import build_batch, grpo_advantages_verl, policy_update
 from seal.trainer.local.validation import validation_metrics, write_validation_log
 
 logger = logging.getLogger(__name__)
@@ -103,9 +105,9 @@ class LocalTrainer:
         # One event loop for the whole run: the runner and the generation server bind to it.
         self.loop = asyncio.new_event_loop()
         self.runner = self.loop.run_until_complete(self._build_runner(runner_factory or default_runner_factory))
-        self.train_ids = select_task_ids(cfg, "train", prompt_tokens=self.prompt_tokens)
+        self.train_ids = select_task_ids(cfg, "train", prompt_tokens=self.prompt_counter(train=True))
         wants_val = bool(cfg.trainer.val_before_train) or int(cfg.trainer.test_freq or 0) > 0
-        self.val_ids = select_task_ids(cfg, "val", prompt_tokens=self.prompt_tokens) if wants_val else []
+        self.val_ids = select_task_ids(cfg, "val", prompt_tokens=self.prompt_counter(train=False)) if wants_val else []
         self.sampler = TaskSampler(self.train_ids, int(cfg.data.train_batch_size), seed=int(cfg.data.seed),
                                    shuffle=bool(cfg.data.get("shuffle", True)))
         self.total_steps = self._total_steps()
@@ -137,16 +139,11 @@ class LocalTrainer:
             return int(total)
         return int(self.cfg.trainer.total_epochs) * self.sampler.steps_per_epoch
 
-    def prompt_tokens(self, task_id: str) -> int:
-        """Tokens of a task's rendered initial prompt (``[system, user]``, chat template applied)."""
-        created = self.env.create(task_id, self.hooks.env_params(train=False))
-        try:
-            ids = self.tokenizer.apply_chat_template(
-                [{"role": m["role"], "content": m["content"]} for m in created.messages],
-                tokenize=True, add_generation_prompt=True)
-        finally:
-            self.env.release(created.instance_id)
-        return len(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+    def prompt_counter(self, *, train: bool) -> Callable[[str], int]:
+        """``task_id -> tokens of its rendered initial prompt``, as the runner renders it."""
+        params = self.hooks.env_params(train=train)
+        return prompt_token_counter(self.cfg, self.tokenizer, self.env, rollout_mode=params["rollout_mode"],
+                                    env_params=params)
 
     def sampling_params(self, *, train: bool) -> dict[str, Any]:
         """Per-call sampling settings: the rollout's for training, ``val_kwargs`` (greedy) for validation."""
@@ -213,7 +210,10 @@ class LocalTrainer:
         metrics.update(self.hooks.observe([vars(e) for e in episodes], epoch=epoch, step=step))
         metrics.update(_episode_metrics(episodes))
         # 4. GRPO advantages over the trainable episodes (verl's core_algos).
-        kept = drop_lonely([e for e in episodes if e.trainable], n)
+        # The shared step rules: faulted, excluded and lone-survivor episodes are left out.
+        selection = select_trainable([not e.trainable for e in episodes], [e.uid for e in episodes], n=n)
+        metrics.update(selection.metrics())
+        kept = [e for e, keep in zip(episodes, selection.trainable) if keep]
         if kept:
             batch = build_batch(kept)
             adv = grpo_advantages_verl(batch, norm_by_std=bool(self.cfg.algorithm.norm_adv_by_std_in_grpo))
@@ -229,7 +229,8 @@ class LocalTrainer:
                 mini_batch_rows=int(self.actor.ppo_mini_batch_size) * n, ppo_epochs=int(self.actor.ppo_epochs),
                 grad_clip=float(self.actor.grad_clip)))
         else:
-            logger.warning("step %d: no trainable episode; no update", step)
+            logger.warning("step %d: no episode left to train on (%d excluded, %d lone survivors); the update "
+                           "is skipped", step, selection.excluded, selection.lone_survivors)
         metrics["train/trained_episodes"] = float(len(kept))
         # 7. Bookkeeping: the step counter, the epoch boundary, SEAL's state metrics.
         self.global_step = step

@@ -32,15 +32,6 @@ class Batch:
     uids: list[str]
 
 
-def drop_lonely(episodes: Sequence[Episode], n: int) -> list[Episode]:
-    """With ``n > 1``, drop episodes whose group lost all other members (faults): verl gives a
-    group of one the raw reward as advantage, which is not a baseline-corrected signal."""
-    if n <= 1:
-        return list(episodes)
-    sizes = Counter(e.uid for e in episodes)
-    return [e for e in episodes if sizes[e.uid] > 1]
-
-
 def build_batch(episodes: Sequence[Episode]) -> Batch:
     width = max(len(e.response_ids) for e in episodes)
     mask = torch.zeros(len(episodes), width, dtype=torch.float32)

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from seal.diagnosis.stats import extract_error_messages
+from seal.trainer.step_rules import EXCLUSION_FIELDS, StepSelection, select_trainable
 from seal.types import category_of
 
 
@@ -78,25 +79,39 @@ def episode_rows(batch: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def excluded_mask(rows: Sequence[Mapping[str, Any]]) -> torch.Tensor:
-    """``(B,)`` bool: rows the policy must not learn from — an environment or LLM fault, or an
-    episode the runner marked ``excluded`` (e.g. its prompt did not fit the context)."""
-    return torch.tensor([bool(r["env_fault"] or r["llm_fault"] or r["excluded"]) for r in rows], dtype=torch.bool)
+def step_selection(batch: Any, *, n: int) -> StepSelection:
+    """The shared step rules (:mod:`seal.trainer.step_rules`) on a batch's rows: episodes that
+    faulted or were excluded (the runner's ``env_fault`` / ``llm_fault`` / ``excluded`` columns),
+    and lone survivors of their GRPO group (``uid``). Reads no reward, so it works right after
+    rollout as well as after ``compute_advantage``."""
+    size = len(batch)
+    flags = [_column(batch, f) or [False] * size for f in EXCLUSION_FIELDS]
+    excluded = [any(bool(col[i]) for col in flags) for i in range(size)]
+    groups = _column(batch, "uid") or _column(batch, "task_id") or list(range(size))
+    return select_trainable(excluded, groups, n=n)
 
 
-def exclude_rows(batch: Any, faults: torch.Tensor, *, adv_estimator: str, norm_adv_by_std_in_grpo: bool) -> None:
-    """Keep excluded rows out of the update, in place: they are never trained on.
+def mask_untrainable(batch: Any, selection: StepSelection) -> None:
+    """Zero the ``response_mask`` rows the step rules leave out, in place (idempotent)."""
+    keep = torch.tensor(selection.trainable, dtype=torch.bool)
+    mask = batch.batch["response_mask"]
+    batch.batch["response_mask"] = mask * keep.to(mask.device).unsqueeze(-1).to(mask.dtype)
+
+
+def exclude_rows(batch: Any, selection: StepSelection, *, adv_estimator: str, norm_adv_by_std_in_grpo: bool) -> None:
+    """Keep the rows the step rules leave out of the update, in place: they are never trained on.
 
     Their ``response_mask`` and ``advantages`` rows become 0. With GRPO the advantages of the
     other rows are recomputed with verl's ``compute_grpo_outcome_advantage`` over the kept rows
-    only, so an excluded episode's reward does not shift its group's baseline. ``faults`` is
-    ``(B,)`` bool; nothing happens when it is all false.
+    only, so a left-out episode's reward does not shift its group's baseline. Nothing happens
+    when every row is kept.
     """
-    if not bool(faults.any()):
+    if all(selection.trainable):
         return
+    mask_untrainable(batch, selection)
     mask = batch.batch["response_mask"]
     adv = batch.batch["advantages"]
-    keep = ~faults.to(mask.device)
+    keep = torch.tensor(selection.trainable, dtype=torch.bool, device=mask.device)
     if adv_estimator == "grpo" and bool(keep.any()):
         from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
@@ -112,4 +127,3 @@ def exclude_rows(batch: Any, faults: torch.Tensor, *, adv_estimator: str, norm_a
     batch.batch["advantages"] = adv
     if adv_estimator == "grpo" and "returns" in batch.batch.keys():
         batch.batch["returns"] = adv.clone()  # verl's GRPO returns equal its advantages
-    batch.batch["response_mask"] = mask * keep.unsqueeze(-1).to(mask.dtype)

@@ -52,21 +52,33 @@ class BfclTaskDataset(Dataset):
         self.agent_name = agent_name
 
     @classmethod
-    def from_config(cls, cfg: DictConfig, split: str) -> BfclTaskDataset:
+    def from_config(cls, cfg: DictConfig, split: str, *, tokenizer: Any = None) -> BfclTaskDataset:
         """The ``train`` or ``val`` tasks of an experiment config (``data.*_files`` + ``seal.tasks``).
 
-        ``seal.tasks.max_prompt_tokens`` needs the rendered prompts, which only the environment
-        service has; on this backend it is ignored with a warning (drop long tasks with
-        ``seal.tasks.*_ids`` instead).
+        With the policy's ``tokenizer``, tasks whose real initial prompt is longer than
+        ``seal.tasks.max_prompt_tokens`` are dropped (rendered through the environment service
+        as the episode runner renders them, see :mod:`seal.rollout.prompt_length`); for the
+        training split the limit defaults to the rollout's prompt length
+        (``data.max_prompt_length``), which an episode's prompt must fit anyway.
         """
         from seal.trainer.local.data import select_task_ids
 
         if split not in SPLIT_MODES:
             raise ValueError(f"split={split!r}: choose one of {list(SPLIT_MODES)}")
-        if cfg.seal.tasks.get("max_prompt_tokens"):
-            logger.warning("seal.tasks.max_prompt_tokens is not applied by the verl backend")
-        return cls(select_task_ids(cfg, split), rollout_mode=SPLIT_MODES[split],
-                   agent_name=str(cfg.actor_rollout_ref.rollout.agent.default_agent_loop))
+        agent_name = str(cfg.actor_rollout_ref.rollout.agent.default_agent_loop)
+        if tokenizer is None:
+            return cls(select_task_ids(cfg, split), rollout_mode=SPLIT_MODES[split], agent_name=agent_name)
+        from seal.rollout.prompt_length import default_max_prompt_tokens, prompt_token_counter
+        from seal.rollout.settings import make_env_client
+
+        client = make_env_client(cfg)
+        try:
+            counter = prompt_token_counter(cfg, tokenizer, client, rollout_mode=SPLIT_MODES[split])
+            ids = select_task_ids(cfg, split, prompt_tokens=counter,
+                                  default_max_prompt_tokens=default_max_prompt_tokens(cfg) if split == "train" else None)
+        finally:
+            client.close()
+        return cls(ids, rollout_mode=SPLIT_MODES[split], agent_name=agent_name)
 
     def __len__(self) -> int:
         return len(self.task_ids)

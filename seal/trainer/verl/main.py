@@ -182,7 +182,7 @@ def build_trainer(runner: BaseTaskRunner, config: DictConfig, exp_dir: Path) -> 
     validate_config(config=config, use_reference_policy=need_reference_policy(config),
                     use_critic=need_critic(config))
     model_config: HFModelConfig = omega_conf_to_dataclass(config.actor_rollout_ref.model)
-    train_dataset = BfclTaskDataset.from_config(config, "train")
+    train_dataset = BfclTaskDataset.from_config(config, "train", tokenizer=model_config.tokenizer)
     return SealRayPPOTrainer(
         config=config,
         tokenizer=model_config.tokenizer,
@@ -191,7 +191,7 @@ def build_trainer(runner: BaseTaskRunner, config: DictConfig, exp_dir: Path) -> 
         resource_pool_manager=runner.init_resource_pool_mgr(config),
         ray_worker_group_cls=ray_worker_group_cls,
         train_dataset=train_dataset,
-        val_dataset=BfclTaskDataset.from_config(config, "val"),
+        val_dataset=BfclTaskDataset.from_config(config, "val", tokenizer=model_config.tokenizer),
         collate_fn=collate_fn,
         train_sampler=create_rl_sampler(config.data, train_dataset),
         exp_dir=exp_dir,

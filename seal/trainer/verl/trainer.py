@@ -31,12 +31,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from omegaconf import DictConfig
 
 from seal.config import ConfigError
 from seal.eval.logs import ValidationLogWriter
 from seal.trainer.hooks import SealHooks
-from seal.trainer.verl.batch import episode_rows, exclude_rows, excluded_mask
+from seal.trainer.verl.batch import episode_rows, exclude_rows, mask_untrainable, step_selection
 from seal.trainer.verl.validation import RECORD_KEY, validation_records
 from verl import DataProto
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
@@ -79,39 +80,79 @@ class SealRayPPOTrainer(RayPPOTrainer):
 
         ``batch`` is ``fit()``'s batch after ``compute_advantage``: ``advantages`` and
         ``response_mask`` are ``(B, T)``, one row per episode. It is changed in place, so the
-        data metrics ``fit()`` logs afterwards show the advantages the actor trained on.
+        data metrics ``fit()`` logs afterwards show the advantages the actor trained on. When
+        no response token is left to train on (every episode left out by the step rules, or
+        rejected by verl's rollout correction) the actor update is skipped, not sent to the
+        workers: verl's loss needs at least one valid token.
         """
         seal_metrics = self.seal_step(batch)
+        if not bool(batch.batch["response_mask"].any()):
+            logger.warning("step %d: no episode left to train on (%d of %d excluded, %d lone survivors); "
+                           "the actor update is skipped", self.global_steps, int(seal_metrics["seal/excluded_episodes"]),
+                           len(batch), int(seal_metrics["seal/lone_survivors"]))
+            seal_metrics["seal/skipped_updates"] = 1.0
+            return DataProto.from_single_dict(data={}, meta_info={"metrics": seal_metrics})
         output = super()._update_actor(batch)
         output.meta_info.setdefault("metrics", {}).update(seal_metrics)
         return output
 
     def seal_step(self, batch: DataProto) -> dict[str, float]:
         """Steps (a)–(c) of the module docstring on ``batch`` (plus the epoch-end dump); returns
-        the ``seal/*`` metrics. Excluded episodes (faults, prompt overflow) are first taken out
-        of the update and of the GRPO baselines."""
+        the ``seal/*`` metrics. The episodes the step rules leave out
+        (:mod:`seal.trainer.step_rules`: faults, overflowed prompts, lone survivors) are first
+        taken out of the update and of the GRPO baselines."""
         step = int(self.global_steps)
         steps_per_epoch = len(self.train_dataloader)
         epoch = (step - 1) // steps_per_epoch
         rows = episode_rows(batch)
-        excluded = excluded_mask(rows)
-        exclude_rows(batch, excluded, adv_estimator=str(self.config.algorithm.adv_estimator),
+        selection = step_selection(batch, n=int(self.config.actor_rollout_ref.rollout.n))
+        exclude_rows(batch, selection, adv_estimator=str(self.config.algorithm.adv_estimator),
                      norm_adv_by_std_in_grpo=bool(self.config.algorithm.get("norm_adv_by_std_in_grpo", True)))
         # Excluded episodes say nothing about the policy: the capability state never sees them.
-        kept = [r for r, x in zip(rows, excluded.tolist()) if not x]
-        metrics = dict(self.seal_hooks.observe(kept, epoch=epoch, step=step))
+        metrics = dict(self.seal_hooks.observe(rows, epoch=epoch, step=step))
         adv = batch.batch["advantages"]
-        tags = [None if x else r["tags"] for r, x in zip(rows, excluded.tolist())]
+        tags = [r["tags"] if keep else None for r, keep in zip(rows, selection.trainable)]
         new_adv, reweight_metrics = self.seal_hooks.reweight(adv, tags, step=step)
         batch.batch["advantages"] = new_adv.to(device=adv.device, dtype=adv.dtype)
         metrics.update(reweight_metrics)
         metrics.update(_episode_metrics(rows))
+        metrics.update(selection.metrics())
         if step % steps_per_epoch == 0:
             self.seal_hooks.end_epoch(epoch, step)
         elif step >= self.total_training_steps:
             self.seal_hooks.save_state()  # a run ending mid-epoch keeps its (non-empty) window
         metrics.update(self.seal_hooks.step_metrics())
         return metrics
+
+    # ------------------------------------------------------------------ before the update
+
+    def _compute_old_log_prob(self, batch: DataProto) -> tuple[DataProto, float]:
+        """verl's old-policy log-probs, after the step rules zeroed the left-out rows' masks.
+
+        When nothing is left to train on, no worker is called: zero log-probs come back and the
+        batch's ``rollout_log_probs`` are dropped, so verl's rollout correction (which needs at
+        least one valid token) is skipped for a step whose update is skipped anyway.
+        """
+        if not self._mask_for_update(batch):
+            if "rollout_log_probs" in batch.batch.keys():
+                batch.pop(batch_keys=["rollout_log_probs"])
+            zeros = torch.zeros_like(batch.batch["response_mask"], dtype=torch.float32)
+            return DataProto.from_single_dict({"old_log_probs": zeros, "entropys": zeros.clone()}), 0.0
+        return super()._compute_old_log_prob(batch)
+
+    def _compute_ref_log_prob(self, batch: DataProto) -> DataProto:
+        """verl's reference log-probs; zeros without a worker call when nothing is left to train on."""
+        if not self._mask_for_update(batch):
+            zeros = torch.zeros_like(batch.batch["response_mask"], dtype=torch.float32)
+            return DataProto.from_single_dict({"ref_log_prob": zeros})
+        return super()._compute_ref_log_prob(batch)
+
+    def _mask_for_update(self, batch: DataProto) -> bool:
+        """Zero the response masks of the rows the step rules leave out (training batches only);
+        return whether any response token is left to train on."""
+        if "task_id" in batch.non_tensor_batch:
+            mask_untrainable(batch, step_selection(batch, n=int(self.config.actor_rollout_ref.rollout.n)))
+        return bool(batch.batch["response_mask"].any())
 
     # ------------------------------------------------------------------ rollout inputs
 
@@ -210,8 +251,6 @@ def _episode_metrics(rows: list[Mapping[str, Any]]) -> dict[str, float]:
     env = sum(bool(r["env_fault"]) for r in rows)
     llm = sum(bool(r["llm_fault"]) for r in rows)
     return {
-        "seal/episodes": float(n),
-        "seal/excluded_episodes": float(sum(bool(r["env_fault"] or r["llm_fault"] or r["excluded"]) for r in rows)),
         "seal/env_fault_frac": env / n if n else 0.0,
         "seal/llm_fault_frac": llm / n if n else 0.0,
         "seal/success_rate": sum(bool(r["success"]) for r in rows) / n if n else 0.0,

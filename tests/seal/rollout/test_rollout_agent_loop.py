@@ -22,7 +22,7 @@ CALL_STOCK = '<tool_call>\n{"name": "get_stock_info", "arguments": {"symbol": "N
 CALL_FUND = '<tool_call>\n{"name": "fund_account", "arguments": {"amount": 2203.4}}\n</tool_call>'
 CALL_BAD_SYMBOL = '<tool_call>\n{"name": "get_stock_info", "arguments": {"symbol": "NOPE"}}\n</tool_call>'
 PARSE_ERROR = "<tool_call>\n{not json at all\n</tool_call>"
-SAMPLING = {"temperature": 1.0, "top_p": 1.0}
+SAMPLING = {"temperature": 1.0, "top_p": 1.0, "logprobs": True}  # verl passes rollout.calculate_log_probs
 
 
 def make_config(**rollout: Any) -> Any:

@@ -212,7 +212,8 @@ def test_trainer_builds_as_verls_task_runner_builds_it(tmp_path):
     from seal.trainer.verl.main import build_trainer
     from seal.trainer.verl.trainer import SealRayPPOTrainer
 
-    cfg = prepare_config(compose_config("exp/SEAL.yaml", [f"actor_rollout_ref.model.path={model}"]),
+    cfg = prepare_config(compose_config("exp/SEAL.yaml", [f"actor_rollout_ref.model.path={model}",
+                                                          "env_service.url=null"]),
                          base=tmp_path, exp_dir=tmp_path / "exp")
     trainer = build_trainer(BaseTaskRunner(), cfg, tmp_path / "exp")
     try:

@@ -34,6 +34,8 @@ def test_verl_is_the_pinned_version():
     ("_get_gen_batch", ["self", "batch"]),
     ("_save_checkpoint", ["self"]),
     ("_load_checkpoint", ["self"]),
+    ("_compute_old_log_prob", ["self", "batch"]),
+    ("_compute_ref_log_prob", ["self", "batch"]),
     ("_dump_generations", ["self", "inputs", "outputs", "gts", "scores", "reward_extra_infos_dict", "dump_path"]),
 ])
 def test_overridden_hooks_exist_with_the_expected_signature(name, params):
@@ -46,7 +48,7 @@ def test_overridden_hooks_exist_with_the_expected_signature(name, params):
 def test_subclass_overrides_only_these_methods():
     own = {k for k, v in vars(SealRayPPOTrainer).items() if callable(v) and k in vars(RayPPOTrainer)}
     assert own == {"__init__", "_update_actor", "_get_gen_batch", "_save_checkpoint", "_load_checkpoint",
-                   "_dump_generations"}
+                   "_dump_generations", "_compute_old_log_prob", "_compute_ref_log_prob"}
     assert "fit" not in vars(SealRayPPOTrainer)
 
 
@@ -70,6 +72,17 @@ def test_fit_calls_update_actor_after_grpo_advantages_and_before_checkpoint_and_
     # critic update (GRPO has no critic).
     between = source[adv:update]
     assert set(re.findall(r"self\.(_\w+)\(", between)) <= {"_update_critic"}
+
+
+def test_old_log_probs_come_before_the_rollout_correction():
+    """The step with nothing to train on relies on this order: ``_compute_old_log_prob`` drops
+    ``rollout_log_probs`` before verl's rollout correction (which needs a valid token) looks for them."""
+    source = inspect.getsource(RayPPOTrainer.fit)
+    old = _position(source, r"self\._compute_old_log_prob\(batch\)")
+    ref = _position(source, r"self\._compute_ref_log_prob\(batch\)")
+    corr = _position(source, r"\"rollout_log_probs\" in batch\.batch\s+and not bypass_recomputing_logprobs")
+    adv = _position(source, r"batch = compute_advantage\(")
+    assert old < ref < corr < adv
 
 
 def test_validation_also_builds_its_generation_batch_with_the_hook():

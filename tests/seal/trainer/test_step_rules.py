@@ -1,0 +1,69 @@
+"""One rule for both backends: which episodes of a step are trained on, and the advantages the
+kept ones get (faults out of the baseline, lone survivors dropped, nothing left -> skipped)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from seal.trainer.step_rules import is_excluded, select_trainable
+
+sys.path.insert(0, str(Path(__file__).parent / "verl"))
+
+
+def test_faults_and_lone_survivors_are_left_out():
+    groups = ["a", "a", "a", "b", "b", "c", "c"]
+    excluded = [True, True, False, False, False, True, True]
+    sel = select_trainable(excluded, groups, n=3)
+    assert sel.trainable == (False, False, False, True, True, False, False)
+    assert (sel.excluded, sel.lone_survivors, sel.num_trainable) == (4, 1, 2)
+    assert sel.metrics()["seal/skipped_updates"] == 0.0
+
+
+def test_a_single_rollout_per_task_has_no_lone_survivor():
+    sel = select_trainable([False, True], ["a", "b"], n=1)
+    assert sel.trainable == (True, False) and sel.lone_survivors == 0
+
+
+def test_nothing_left_is_a_skipped_update():
+    sel = select_trainable([True, False], ["a", "a"], n=2)
+    assert sel.nothing_to_train and sel.metrics()["seal/skipped_updates"] == 1.0
+
+
+def test_exclusion_reads_mappings_and_objects():
+    class Ep:
+        env_fault, llm_fault, excluded = False, True, False
+
+    assert is_excluded({"excluded": True}) and is_excluded(Ep()) and not is_excluded({"env_fault": False})
+    with pytest.raises(ValueError, match="group ids"):
+        select_trainable([True], ["a", "b"], n=2)
+
+
+def test_both_backends_give_the_same_advantages_on_the_same_batch():
+    """The verl path (``exclude_rows`` on verl's DataProto) and the local path (GRPO over the
+    kept episodes) agree row for row, lone survivor included."""
+    pytest.importorskip("verl")
+    from verl_testkit import N_ROLLOUTS, make_batch
+
+    from seal.trainer.local.update import Batch, grpo_advantages_verl
+    from seal.trainer.verl.batch import exclude_rows, step_selection
+
+    faults = {0: "env_fault", 1: "llm_fault", 2: "excluded", 6: "env_fault"}  # row 3: lone survivor
+    batch = make_batch(faults)
+    sel = step_selection(batch, n=N_ROLLOUTS)
+    assert sel.lone_survivors == 1 and not sel.trainable[3]
+    exclude_rows(batch, sel, adv_estimator="grpo", norm_adv_by_std_in_grpo=True)
+    verl_adv = batch.batch["advantages"]
+
+    keep = torch.tensor(sel.trainable)
+    mask = batch.batch["response_mask"][keep].float()
+    rewards = batch.batch["token_level_scores"][keep].sum(-1)
+    uids = [u for u, k in zip(batch.non_tensor_batch["uid"], sel.trainable) if k]
+    local_adv = grpo_advantages_verl(Batch([None] * len(uids), mask, rewards, uids), norm_by_std=True)
+
+    assert torch.allclose(verl_adv[keep], local_adv, atol=1e-6)
+    assert not bool(verl_adv[~keep].any()) and not bool(batch.batch["response_mask"][~keep].any())
+    assert bool(local_adv.any())  # a non-trivial comparison
