@@ -63,7 +63,7 @@ def seal_config(*extra: str) -> Any:
     """exp/SEAL.yaml shrunk to SmolLM2's 8k context; one attempt per episode (the scripted
     environment fault is not retried away)."""
     return compose_config("exp/SEAL.yaml", [
-        "env_service.url=null", f"actor_rollout_ref.rollout.n={N}", "data.max_prompt_length=4096",
+        "env_service.url=null", f"actor_rollout_ref.model.path={MODEL_DIR}", f"actor_rollout_ref.rollout.n={N}", "data.max_prompt_length=4096",
         "data.max_response_length=2048", "actor_rollout_ref.rollout.max_model_len=8192",
         "seal.rollout.env_retries=0", "trainer.logger=[console]", "trainer.val_before_train=false",
         "trainer.test_freq=-1", "trainer.save_freq=-1", "trainer.resume_mode=disable",
@@ -135,10 +135,16 @@ def generation_batch(cfg: Any, tasks: list[str], tmp_path: Path) -> tuple[Any, A
     return batch, gen
 
 
-def test_mixed_episodes_concatenate_across_workers(tokenizer, flaky_environment, tmp_path):
+def test_mixed_episodes_concatenate_across_workers(tokenizer, flaky_environment, tmp_path, caplog):
     cfg = seal_config()
     _, gen = generation_batch(cfg, TASKS, tmp_path)
-    out = rollout_manager(cfg, tokenizer, routed_server(tokenizer)).generate_sequences(gen)
+    with caplog.at_level("INFO", logger="verl.utils.tokenizer.continuous_token_wiring"):
+        out = rollout_manager(cfg, tokenizer, routed_server(tokenizer)).generate_sequences(gen)
+    # verl builds a tokenisation builder per episode: its choice is logged once, not 12 times,
+    # and names the checkpoint's model type (read from its config.json, not None).
+    builder_lines = [r.getMessage() for r in caplog.records if "Continuous Token builder" in r.getMessage()]
+    assert len(builder_lines) == len(set(builder_lines)) <= 3
+    assert not any("model_type=None" in m for m in builder_lines)
 
     assert len(out) == len(TASKS) * N
     reasons = dict(zip(out.non_tensor_batch["task_id"], out.non_tensor_batch["terminated_reason"]))
