@@ -9,9 +9,12 @@ Token-in-token-out (see :mod:`seal.rollout.tokens`): the prompt is the chat temp
 (mask 1); each observation is appended as a chat-template increment (mask 0). The text sent to the
 environment is the decoded generation (special tokens dropped).
 
-Limits: ``max_llm_calls`` per episode, an optional per-turn cap, and the context caps
-(``response_length``, ``max_model_len``). Hitting one ends the episode and is recorded in
-``extra_fields["terminated_reason"]``; nothing raises. Faults never reach training:
+Limits: ``max_llm_calls`` per episode, an optional per-turn cap, and the episode budget
+(``seal.rollout.episode_budget``; by default the release's: no LLM call once the raw context
+reaches ``max_model_len - response_length``). Hitting one ends the episode and is recorded in
+``extra_fields["terminated_reason"]``; nothing raises. The episode is scored whole; its training
+tensors hold the first ``response_length`` response tokens (the cut is counted in
+``extra_fields["truncated_response_tokens"]``). Faults never reach training:
 
 * LLM failure (the server raises or aborts): ``llm_fault=True``; the episode ends at once;
 * environment failure (unavailable service, lost instance): the whole episode is retried
@@ -235,7 +238,7 @@ class BfclAgentLoop(AgentLoopBase):
             if episode.pending_observation is not None:
                 increment = self.chat.observation_ids(episode.last_generated, OBSERVATION_ROLE,
                                                       episode.pending_observation)
-            room = min(s.response_length - len(trace.response_ids), s.max_model_len - len(trace)) - len(increment)
+            room = self._room(trace, len(increment))
             if room < 1:
                 episode.terminated_reason = CONTEXT_OVERFLOW
                 return
@@ -255,6 +258,20 @@ class BfclAgentLoop(AgentLoopBase):
             observation, clipped = clip_text(self.tokenizer, step.observation or "", s.max_env_tokens)
             episode.clipped_observations += int(clipped)
             episode.pending_observation = observation
+
+    def _room(self, trace: TokenTrace, increment: int) -> int:
+        """New tokens the next LLM call may write (< 1: the episode's budget is spent).
+
+        ``context`` budget (the release's): no call once the raw context (with the pending
+        observation) reaches ``max_model_len - response_length``; a call then writes at most
+        ``response_length`` tokens, so the context never passes ``max_model_len``.
+        ``response`` budget: the continuation after the prompt stays within ``response_length``.
+        """
+        s = self.settings
+        context = len(trace) + increment
+        if s.episode_budget == "context":
+            return 0 if context >= s.context_cap else s.max_model_len - context
+        return min(s.response_length - len(trace.response_ids) - increment, s.max_model_len - context)
 
     def _limit_reached(self, episode: _Episode) -> str | None:
         if episode.num_llm_calls >= self.settings.max_llm_calls:
@@ -307,13 +324,13 @@ class BfclAgentLoop(AgentLoopBase):
 
     # ------------------------------------------------------------------ output
 
-    def _reward(self, check: Mapping[str, Any], extra_info: Mapping[str, Any]) -> tuple[float, dict]:
-        try:
-            from seal.rewards import RewardConfig, compute_reward
-        except ImportError:  # the core's reward module is optional for the runner: binary fallback
-            passed = float(check.get("accuracy", 1.0 if check.get("valid") else 0.0)) >= 1.0
-            return (1.0 if passed else 0.0), {"mode": "binary", "passed": passed}
-        cfg = RewardConfig.from_dict(select(self.config, "seal.reward", {}) or {})
+    def _reward(self, check: Mapping[str, Any], extra_info: Mapping[str, Any], mode: str) -> tuple[float, dict]:
+        """The training reward (``seal.reward``); a validation episode's score is always the
+        binary verdict, as the paper's tables report pass rates whatever the training reward."""
+        from seal.rewards import RewardConfig, compute_reward
+
+        reward = select(self.config, "seal.reward", {}) or {}
+        cfg = RewardConfig.from_dict({**reward, "mode": "binary"} if mode == "validate" else reward)
         result = compute_reward(check, cfg=cfg, epoch=int(extra_info.get("epoch", 0) or 0),
                                 total_epochs=int(select(self.config, "trainer.total_epochs", 1) or 1))
         return float(result.score), _json_safe(result.meta)
@@ -322,31 +339,35 @@ class BfclAgentLoop(AgentLoopBase):
                 extra_info: Mapping[str, Any], *, env_fault: bool, attempts: int) -> AgentLoopOutput:
         trace = episode.trace
         prompt_ids = trace.prompt_ids[-self.settings.prompt_length:]
+        # The episode was played and scored whole; its training tensors hold the first
+        # response_length tokens after the prompt (the release truncates the same way).
+        width = self.settings.response_length
+        truncated = max(0, len(trace.response_ids) - width)
         # Nothing the model wrote (a prompt that did not fit, or no room for one token) is as
         # untrainable as a fault: excluded, so every trainer leaves it out the same way.
         excluded = (env_fault or episode.llm_fault or episode.terminated_reason == PROMPT_OVERFLOW
                     or not any(trace.response_mask))
         check = _json_safe(dict(check)) if check is not None else None
-        score, reward_meta = (0.0, {}) if excluded or check is None else self._reward(check, extra_info)
+        score, reward_meta = (0.0, {}) if excluded or check is None else self._reward(check, extra_info, mode)
         tags = list((check or {}).get("failure_tags") or (check or {}).get("tags") or [])
-        mask = [0] * len(trace.response_mask) if excluded else list(trace.response_mask)
+        mask = [0] * min(len(trace.response_mask), width) if excluded else list(trace.response_mask[:width])
         extra = {
             "task_id": task_id, "category": episode.category or (check or {}).get("category"),
             "rollout_mode": mode, "tags": tags, "check": check, "reward_meta": reward_meta,
             "num_llm_calls": episode.num_llm_calls, "terminated_reason": episode.terminated_reason,
             "messages": episode.messages, "env_fault": env_fault, "llm_fault": episode.llm_fault,
             "excluded": excluded, "error": episode.error, "env_attempts": attempts,
-            "clipped_observations": episode.clipped_observations,
+            "clipped_observations": episode.clipped_observations, "truncated_response_tokens": truncated,
         }
         # verl copies extra_fields["reward_extra_info"] into the batch as one column per key, taking
         # the keys from the batch's first episode: so every episode, faulted or not, carries the
         # same single key. The trainer's validation dump turns the column into the project's log.
         extra["reward_extra_info"] = {RECORD_KEY: json.dumps(_seal_record(episode, check, extra, trace))}
         return AgentLoopOutput(
-            prompt_ids=prompt_ids, response_ids=list(trace.response_ids), response_mask=mask,
+            prompt_ids=prompt_ids, response_ids=list(trace.response_ids[:width]), response_mask=mask,
             # One rule for every episode of a run, whatever happened to it: verl concatenates the
             # outputs of all episodes and keeps ``rollout_log_probs`` only if every one has them.
-            response_logprobs=list(trace.response_logprobs) if episode.want_logprobs else None,
+            response_logprobs=list(trace.response_logprobs[:width]) if episode.want_logprobs else None,
             reward_score=score, num_turns=1 + episode.num_llm_calls + episode.observations,
             metrics={"generate_sequences": episode.generate_s, "tool_calls": episode.env_s},
             extra_fields=extra)

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 # Release defaults (the SEAL recipe) for configs that lack a key, e.g. a bare verl config.
 _DEFAULT_PROMPT_LENGTH = 12288
 _DEFAULT_RESPONSE_LENGTH = 4096
+EPISODE_BUDGETS = ("context", "response")
 
 
 def _plain(node: Any) -> Any:
@@ -62,7 +63,12 @@ class RolloutSettings:
     ``max_tokens_per_call``: new tokens per LLM call (None = ``response_length``, the release's choice).
     ``prompt_length`` / ``response_length``: verl's padded widths; the response (all turns after the
     prompt, observations included) never exceeds ``response_length``.
-    ``max_model_len``: the context cap (prompt + response never exceeds it).
+    ``max_model_len``: the model's context (prompt + everything generated never exceeds it).
+    ``episode_budget``: what ends an episode besides the LLM-call limit. ``context`` (the
+    release's rule, default): the whole raw context reaches :attr:`context_cap` =
+    ``max_model_len - response_length``; the episode is scored whole and only the training
+    tensors are cut to ``response_length``. ``response``: the multi-turn continuation after the
+    prompt reaches ``response_length`` (nothing is cut, the episode is shorter).
     """
 
     max_llm_calls: int = 20
@@ -74,8 +80,14 @@ class RolloutSettings:
     prompt_length: int = _DEFAULT_PROMPT_LENGTH
     response_length: int = _DEFAULT_RESPONSE_LENGTH
     max_model_len: int = _DEFAULT_PROMPT_LENGTH + _DEFAULT_RESPONSE_LENGTH
+    episode_budget: str = "context"
 
     def __post_init__(self) -> None:
+        if self.episode_budget not in EPISODE_BUDGETS:
+            raise ValueError(f"seal.rollout.episode_budget={self.episode_budget!r}: choose one of {list(EPISODE_BUDGETS)}")
+        if self.max_model_len <= self.response_length:
+            raise ValueError(f"actor_rollout_ref.rollout.max_model_len={self.max_model_len} must exceed "
+                             f"response_length={self.response_length} (the release's context cap is their difference)")
         _positive_int(self.max_llm_calls, "seal.rollout.max_llm_calls")
         _positive_int(self.max_llm_calls_per_turn, "seal.rollout.max_llm_calls_per_turn", allow_none=True)
         _positive_int(self.max_env_tokens, "seal.rollout.max_env_tokens")
@@ -91,6 +103,11 @@ class RolloutSettings:
     @property
     def per_call_tokens(self) -> int:
         return self.max_tokens_per_call or self.response_length
+
+    @property
+    def context_cap(self) -> int:
+        """The release's episode budget: no LLM call once the raw context has this many tokens."""
+        return self.max_model_len - self.response_length
 
     @classmethod
     def from_config(cls, cfg: Any) -> RolloutSettings:
@@ -110,6 +127,7 @@ class RolloutSettings:
             prompt_length=int(prompt),
             response_length=int(response),
             max_model_len=int(select(cfg, "actor_rollout_ref.rollout.max_model_len") or int(prompt) + int(response)),
+            episode_budget=str(select(cfg, r + "episode_budget", "context")),
         )
 
 

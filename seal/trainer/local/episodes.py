@@ -57,6 +57,8 @@ class Episode:
     fault_reason: str = ""
     terminated_reason: str = ""
     num_llm_calls: int = 0
+    # Response tokens played and scored but cut from the training tensors (the episode budget).
+    truncated_tokens: int = 0
     attempts: int = 1
     messages: list[dict[str, Any]] = field(default_factory=list)
     check: dict[str, Any] | None = None
@@ -86,6 +88,7 @@ def episode_from_output(job: EpisodeJob, out: Any, reward_cfg: RewardConfig, *, 
         excluded=bool(ef.get("excluded") or ef.get("env_fault") or ef.get("llm_fault")),
         terminated_reason=str(ef.get("terminated_reason") or ""),
         num_llm_calls=int(ef.get("num_llm_calls") or 0),
+        truncated_tokens=int(ef.get("truncated_response_tokens") or 0),
         attempts=int(ef.get("env_attempts") or attempts),  # the runner's own retries count here
         messages=list(ef.get("messages") or []),
         check=dict(check) if check is not None else None,

@@ -324,6 +324,11 @@ class LocalTrainer:
 
 
 def _episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
+    return {"seal/truncated_episodes": float(sum(e.truncated_tokens > 0 for e in episodes)),
+            **_outcome_metrics(episodes)}
+
+
+def _outcome_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     done = [e for e in episodes if not e.excluded]
     if not done:
         return {"train/episodes": float(len(episodes)), "train/excluded": float(len(episodes))}

@@ -53,7 +53,7 @@ def episode_rows(batch: Any) -> list[dict[str, Any]]:
     scores = batch.batch["token_level_scores"].sum(dim=-1).tolist()
     cols = {k: _column(batch, k) for k in
             ("task_id", "category", "data_source", "tags", "check", "env_fault", "llm_fault",
-             "excluded", "error_messages", "messages", "uid")}
+             "excluded", "error_messages", "messages", "uid", "truncated_response_tokens")}
     rows = []
     for i in range(n):
         task_id = str(cols["task_id"][i])
@@ -74,6 +74,7 @@ def episode_rows(batch: Any) -> list[dict[str, Any]]:
             "env_fault": bool(_row_value(cols["env_fault"], i)),
             "llm_fault": bool(_row_value(cols["llm_fault"], i)),
             "excluded": bool(_row_value(cols["excluded"], i)),
+            "truncated_tokens": int(_row_value(cols["truncated_response_tokens"], i) or 0),
             "error_messages": [str(e) for e in (errors or [])],
         })
     return rows

@@ -254,4 +254,5 @@ def _episode_metrics(rows: list[Mapping[str, Any]]) -> dict[str, float]:
         "seal/env_fault_frac": env / n if n else 0.0,
         "seal/llm_fault_frac": llm / n if n else 0.0,
         "seal/success_rate": sum(bool(r["success"]) for r in rows) / n if n else 0.0,
+        "seal/truncated_episodes": float(sum(r["truncated_tokens"] > 0 for r in rows)),
     }

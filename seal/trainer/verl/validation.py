@@ -32,7 +32,8 @@ def validation_records(
 
     Args:
         records_json: the ``seal_record`` column, one JSON object (a string) per episode.
-        scores: verl's per-episode validation scores (the summed token rewards), same order.
+        scores: verl's per-episode validation scores (the summed token rewards), same order;
+            logged as ``reward``, while ``score`` is the binary verdict.
         step: the global step the validation ran at.
         generation: the validation sampling settings (logged with every line).
     """
@@ -43,14 +44,15 @@ def validation_records(
         rec: dict[str, Any] = json.loads(raw) if isinstance(raw, str) else dict(raw)
         task_id = str(rec["task_id"])
         fault = bool(rec.get("env_fault") or rec.get("llm_fault"))
+        valid = bool(rec.get("valid", float(score) >= 1.0)) and not fault
         out.append(ValidationRecord(
             task_id=task_id,
             data_source=str(rec.get("category") or category_of(task_id)),
             split=rec.get("split"),
             step=int(step),
-            score=float(score),
+            score=1.0 if valid else 0.0,  # the binary pass the paper's tables count
             reward=float(score),
-            valid=bool(rec.get("valid", float(score) >= 1.0)) and not fault,
+            valid=valid,
             error_type=rec.get("error_type"),
             tags=[str(t) for t in rec.get("tags") or []],
             num_llm_calls=int(rec.get("num_llm_calls") or 0),

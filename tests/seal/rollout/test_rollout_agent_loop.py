@@ -173,8 +173,29 @@ def test_per_turn_cap(scripted_server: Any, tokenizer: Any, env_client: Any) -> 
     assert out.extra_fields["terminated_reason"] == MAX_LLM_CALLS_PER_TURN
 
 
-def test_context_cap(scripted_server: Any, tokenizer: Any, env_client: Any) -> None:
+def test_release_context_budget(scripted_server: Any, tokenizer: Any, env_client: Any) -> None:
+    """The release's budget: calls go on until the raw context reaches max_model_len -
+    response_length; the episode is scored whole, the tensors keep response_length tokens."""
     cfg = make_config()
+    prompt = run_episode(make_config(), scripted_server(["Done."] * 3), tokenizer, env_client).prompt_ids
+    cfg.actor_rollout_ref.rollout.response_length = 200
+    cfg.actor_rollout_ref.rollout.max_model_len = len(prompt) + 600 + 200  # context cap: prompt + 600
+    server = scripted_server([], default=CALL_STOCK)
+    out = run_episode(cfg, server, tokenizer, env_client)
+    e = out.extra_fields
+    assert e["terminated_reason"] == CONTEXT_OVERFLOW and not e["excluded"]
+    cap = len(prompt) + 600
+    for call in server.calls:  # no call started at the cap; none could pass max_model_len
+        assert len(call["prompt_ids"]) < cap
+        assert len(call["prompt_ids"]) + call["sampling_params"]["max_tokens"] <= cap + 200
+    played = max(len(c["prompt_ids"]) for c in server.calls) - len(prompt)
+    assert played > 200  # the episode went on past response_length ...
+    assert len(out.response_ids) == len(out.response_mask) == len(out.response_logprobs) == 200  # ... cut here
+    assert e["truncated_response_tokens"] > 0
+
+
+def test_response_budget(scripted_server: Any, tokenizer: Any, env_client: Any) -> None:
+    cfg = make_config(episode_budget="response")
     cfg.actor_rollout_ref.rollout.response_length = 200
     server = scripted_server([], default=CALL_STOCK)
     out = run_episode(cfg, server, tokenizer, env_client)
@@ -238,3 +259,31 @@ def test_every_episode_carries_the_validation_record(scripted_server: Any, token
     assert records[2].error.startswith("environment fault") and records[2].terminated_reason == "env_error"
     raw = [json.loads(info[RECORD_KEY]) for info in infos]
     assert [(r["env_fault"], r["llm_fault"]) for r in raw] == [(False, False), (False, True), (True, False)]
+
+
+def test_validation_scores_are_binary_whatever_the_training_reward(scripted_server: Any, tokenizer: Any,
+                                                                   env_client: Any) -> None:
+    """Turn 1 solved, turn 2 not: the dense training reward gives partial credit, a validation
+    episode of the same play scores 0 (the paper's tables are binary pass rates)."""
+    script = [CALL_STOCK, "NVDA trades at its listed price.", "I will not fund it.", "Done."]
+    cfg = make_config()
+    cfg.seal.reward.mode = "capped"
+
+    async def go(mode: str) -> Any:
+        loop = BfclAgentLoop.for_local(cfg, scripted_server(list(script)), tokenizer, env_client=env_client)
+        return await loop.run(dict(SAMPLING), task_id=TASK, rollout_mode=mode)
+
+    train, val = asyncio.run(go("sample")), asyncio.run(go("validate"))
+    assert train.extra_fields["check"]["valid"] is False and val.extra_fields["check"]["valid"] is False
+    assert 0.0 < train.reward_score < 1.0 and train.extra_fields["reward_meta"]["mode"] == "capped"
+    assert val.reward_score == 0.0 and val.extra_fields["reward_meta"]["mode"] == "binary"
+
+
+def test_verl_validation_log_scores_the_verdict_not_a_partial_reward() -> None:
+    import json
+
+    from seal.trainer.verl.validation import validation_records
+
+    rec = json.dumps({"task_id": TASK, "valid": False, "tags": ["pass", "state_mismatch"]})
+    (line,) = validation_records([rec], [0.35], step=1, generation={})
+    assert (line.score, line.reward, line.valid) == (0.0, 0.35, False)

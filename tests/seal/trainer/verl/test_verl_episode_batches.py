@@ -41,11 +41,11 @@ SOLVED = "multi_turn_base_100"           # solves both turns; its first instance
 WRONG = "multi_turn_base_1"              # answers in prose: completes, fails
 LLM_DOWN = "multi_turn_base_3"           # the server raises
 OVERLONG = "multi_turn_miss_param_2"     # prompt over max_prompt_length: no LLM call at all
-FLOOD = "multi_turn_base_105"            # one call fills the whole response budget
+FLOOD = "multi_turn_base_105"            # each call writes response_length tokens: over the context cap
 ABORTED = "multi_turn_base_116"          # the server aborts the generation
 TASKS = [SOLVED, WRONG, LLM_DOWN, OVERLONG, FLOOD, ABORTED]
 SCRIPTS = {SOLVED: [CALL_STOCK, "NVDA trades at its listed price.", CALL_FUND, "Done."],
-           WRONG: ["I cannot help."] * 6, LLM_DOWN: ["raise"], OVERLONG: ["Done."], FLOOD: ["flood"],
+           WRONG: ["I cannot help."] * 6, LLM_DOWN: ["raise"], OVERLONG: ["Done."], FLOOD: ["flood"] * 3,
            ABORTED: ["abort"]}
 N = 2
 
@@ -162,6 +162,10 @@ def test_mixed_episodes_concatenate_across_workers(tokenizer, flaky_environment,
     # Excluded episodes carry no trainable token; the context-overflowed one is trained on.
     rows = {t: i for i, t in enumerate(out.non_tensor_batch["task_id"])}
     assert int(mask[rows[OVERLONG]].sum()) == 0 and int(mask[rows[FLOOD]].sum()) > 1000
+    # The flooded episode went past response_length (the release's budget is the whole context)
+    # and its training tensors were cut to it.
+    cut = dict(zip(out.non_tensor_batch["task_id"], out.non_tensor_batch["truncated_response_tokens"]))
+    assert cut[FLOOD] > 0 and cut[WRONG] == 0
     assert out.batch["responses"].shape[1] == 2048 and out.batch["prompts"].shape[1] == 4096
 
 
@@ -234,7 +238,7 @@ def test_verls_fit_trains_a_mixed_batch_on_the_kept_episodes_only(tokenizer, fla
     assert loss_rows == {SOLVED: False, WRONG: True, LLM_DOWN: False, OVERLONG: False, FLOOD: True, ABORTED: False}
     assert metrics["seal/excluded_episodes"] == 7 and metrics["seal/lone_survivors"] == 1
     assert metrics["seal/trained_episodes"] == 4 and metrics["seal/skipped_updates"] == 0
-    assert metrics["actor/pg_loss"] == 0.5
+    assert metrics["actor/pg_loss"] == 0.5 and metrics["seal/truncated_episodes"] == N  # FLOOD's two
     assert any(k.startswith("rollout_corr/") for k in metrics)  # verl's rollout correction ran
     assert trainer.seal_hooks.state.observe_count == 5  # 12 minus the 7 excluded: the lone survivor counts
     assert trainer.checkpoint_manager.synced[-1] == 1
