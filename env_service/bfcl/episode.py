@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from env_service.bfcl.checker import FORCE_TERMINATED, EpisodeCheck, check_episode
 from env_service.bfcl.executor import ERROR_PREFIX, Executor
+from env_service.bfcl.limits import DEFAULT_MAX_OBSERVATION_CHARS, DEFAULT_MAX_TOOL_RESULT_CHARS, truncate
 from env_service.bfcl.parsers import ParseResult, ToolCall, parse_tool_calls, resolve_mode
 from env_service.bfcl.prompts import (
     CONVERSATION_COMPLETED, TOOL_PROMPT_MODES, TOOL_RESULT_MODES, call_to_string, render_invalid_tool_call,
@@ -80,6 +81,12 @@ class EpisodeParams(BaseModel):
     tool_feedback_evolution: dict[str, Any] | None = None
     diagnostic_evolution: dict[str, Any] | None = None
     max_steps_per_turn: int = Field(20, ge=1)
+    # Output caps (not in the release, which answered a 0.9 MB message with 360 MB); the defaults sit
+    # above the largest result and observation of the 800 tasks' ground truth.
+    max_tool_result_chars: int = Field(DEFAULT_MAX_TOOL_RESULT_CHARS, ge=256, le=16_777_216,
+                                       description="longer tool results are cut, with a marker")
+    max_observation_chars: int = Field(DEFAULT_MAX_OBSERVATION_CHARS, ge=1024, le=67_108_864,
+                                       description="longer observations are cut, with a marker")
 
     @model_validator(mode="before")
     @classmethod
@@ -306,11 +313,13 @@ class BfclEpisode:
         self.events["tool_calls_accepted"] += len(calls)
         ev = self.turn_events[self.turn]
         ev.model_calls.extend(c.name for c in calls)
-        texts = [r.text for r in results]
+        # Errors are recognised on the whole result; the model sees it cut to the cap.
+        texts = [truncate(r.text, self.params.max_tool_result_chars, "a tool result", "max_tool_result_chars")
+                 for r in results]
         hints: list[str] = []
         n_errors = 0
-        for text in texts:
-            if is_tool_error(text):
+        for result, text in zip(results, texts):
+            if is_tool_error(result.text):
                 n_errors += 1
                 self._remember_error(text)
                 hints.append(self.interface.tool_error_feedback(text, tool_names=list(self.offered)))
@@ -361,6 +370,8 @@ class BfclEpisode:
             self.error_messages.append(text)
 
     def _outcome(self, observation: str, info: dict[str, Any]) -> StepOutcome:
+        observation = truncate(observation, self.params.max_observation_chars, "the observation",
+                               "max_observation_chars")
         info.update(turn=self.turn, steps_in_turn=self.steps_in_turn, terminated_reason=self.terminated_reason)
         reward = self.evaluate(sparse=True) if self.terminated else 0.0
         return StepOutcome(observation=observation, terminated=self.terminated, info=info, reward=reward)

@@ -19,11 +19,10 @@ error strings) without either:
   message; a name that is not a method of this episode gives Python's ``NameError`` text, as
   BFCL's ``eval`` does.
 * Limits: call strings longer than ``max_call_chars`` and integer literals beyond
-  ``max_int_abs`` are refused; each call gets a wall-clock budget (``call_timeout_s``) enforced
-  with ``signal.setitimer`` when running on the main thread. Off the main thread no timer can be
-  armed, so only the literal limits apply; a single long C-level operation (e.g. a huge
-  big-integer power inside ``MathAPI.power``) cannot be interrupted in-process either, so the
-  service should also guard its worker processes with a wall-clock watchdog.
+  ``max_int_abs`` are refused; each call gets a wall-clock budget (``call_timeout_s``) on any
+  thread, and the arguments that would make a BFCL function run unbounded C code are refused
+  before the call (:mod:`env_service.bfcl.limits`). The service's worker watchdog stays as the
+  last resort for anything else.
 * Shared module data: ``VehicleControlAPI.get_outside_temperature_from_google`` (long-context
   mode) writes into and returns the module-level ``LONG_WEATHER_EXTENSION`` dict, and
   ``MathAPI.logarithm`` sets mpmath's global precision before computing. Calls of these methods
@@ -38,13 +37,13 @@ import copy
 import importlib
 import inspect
 import json
-import signal
 import threading
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPING, STATELESS_CLASSES
+
+from env_service.bfcl.limits import CallTimeout, argument_problem, has_argument_checks, time_budget
 
 MULTI_TURN_CLASSES: tuple[str, ...] = (
     "GorillaFileSystem", "MathAPI", "MessageAPI", "TwitterAPI",
@@ -70,10 +69,6 @@ class CallParseError(ValueError):
     """A call string is not a single literal-argument call of a bare public name."""
 
 
-class CallTimeout(BaseException):
-    """Raised by the per-call timer. A ``BaseException`` so backend ``except Exception`` cannot swallow it."""
-
-
 @dataclass(frozen=True)
 class ParsedCall:
     """A parsed call: ``name(*args, **kwargs)`` with literal values only."""
@@ -93,7 +88,7 @@ class CallResult:
     """One executed call: the BFCL result string and, on failure, what kind of failure it was."""
 
     text: str
-    error: str | None = None  # None | "parse" | "blocked" | "unknown" | "timeout" | "exception"
+    error: str | None = None  # None | "parse" | "blocked" | "unknown" | "limit" | "timeout" | "exception"
 
 
 def _check_literal(node: ast.AST, max_int_abs: int) -> None:
@@ -163,26 +158,6 @@ def format_result(value: Any) -> str:
     return str(value)
 
 
-@contextmanager
-def _time_budget(seconds: float) -> Iterator[None]:
-    """Interrupt Python-level work after ``seconds`` (main thread only; a no-op elsewhere)."""
-    if seconds <= 0 or threading.current_thread() is not threading.main_thread() \
-            or not hasattr(signal, "setitimer"):
-        yield
-        return
-
-    def _expire(signum: int, frame: Any) -> None:
-        raise CallTimeout(f"call exceeded its time budget of {seconds:g} s")
-
-    previous = signal.signal(signal.SIGALRM, _expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def backend_class(class_name: str) -> type:
     """The BFCL backend class for ``class_name`` (one of the 8 multi-turn classes)."""
     if class_name not in MULTI_TURN_CLASSES:
@@ -237,13 +212,20 @@ class Executor:
         if entry is None:
             return CallResult(f"{ERROR_PREFIX}name '{parsed.name}' is not defined", "unknown")
         class_name, method = entry
+        if has_argument_checks(class_name, parsed.name):
+            try:
+                problem = argument_problem(class_name, parsed.name, parsed.bind(method))
+            except TypeError:
+                problem = None  # a bad signature fails in the call itself, with Python's own message
+            if problem:
+                return CallResult(f"{ERROR_PREFIX}{problem}", "limit")
         try:
-            with _time_budget(self.call_timeout_s):
+            with time_budget(self.call_timeout_s):
                 if (class_name, parsed.name) in _SHARED_STATE_METHODS:
                     with _SHARED_STATE_LOCK:
                         return CallResult(format_result(method(*parsed.args, **parsed.kwargs)))
                 return CallResult(format_result(method(*parsed.args, **parsed.kwargs)))
-        except CallTimeout as e:
-            return CallResult(ERROR_PREFIX + str(e), "timeout")
+        except CallTimeout:
+            return CallResult(f"{ERROR_PREFIX}call exceeded its time budget of {self.call_timeout_s:g} s", "timeout")
         except Exception as e:  # noqa: BLE001 - BFCL turns every execution failure into its result string
             return CallResult(ERROR_PREFIX + str(e), "exception")

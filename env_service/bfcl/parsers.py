@@ -27,6 +27,9 @@ _PY_LITERAL = re.compile(r"\b(True|False|None)\b")
 _BLANK_LINES = re.compile(r"\n\s*\n+")
 _FENCE = re.compile(r"^```[a-zA-Z0-9_]*\s*\n?(.*?)\n?```$", re.DOTALL)
 
+# Python's parser refuses more than 200 nested brackets, so a deeper call could never run; refusing it
+# here also keeps every later step (the call string's repr, the checker) away from the recursion limit.
+MAX_ARGUMENT_DEPTH = 200
 NO_VALID_BLOCK = "Found tool_call tag text, but no valid <tool_call>{...}</tool_call> block."
 
 
@@ -69,18 +72,35 @@ def _call_from_obj(obj: dict[str, Any], *, strict: bool, accept_parameters: bool
         raise ValueError("tool call without a 'name' string")
     key = "parameters" if names_parameters else "arguments"
     if "arguments" not in obj:
-        raise ValueError(f"tool call {name!r} has no '{key}' object")
+        raise ValueError(f"tool call {name[:60]!r} has no '{key}' object")
     args = obj["arguments"]
     if isinstance(args, str):
         try:
-            args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError as e:
+            args = _loads(args) if args.strip() else {}
+        except ValueError as e:
             if strict:
-                raise ValueError(f"the '{key}' string of {name!r} is not valid JSON ({e.msg})") from None
+                reason = e.msg if isinstance(e, json.JSONDecodeError) else str(e)
+                raise ValueError(f"the '{key}' string of {name[:60]!r} is not valid JSON ({reason})") from None
             args = {}
     if not isinstance(args, dict):
-        raise ValueError(f"the '{key}' of {name!r} must be a JSON object, got {type(args).__name__}")
+        raise ValueError(f"the '{key}' of {name[:60]!r} must be a JSON object, got {type(args).__name__}")
+    if _nested_deeper_than(args, MAX_ARGUMENT_DEPTH):
+        raise ValueError(f"the '{key}' of {name[:60]!r} are nested deeper than {MAX_ARGUMENT_DEPTH} levels")
     return ToolCall(name=name.strip(), arguments=args)
+
+
+def _nested_deeper_than(value: Any, limit: int) -> bool:
+    """Iterative (a recursive walk is what deep input attacks)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return False
 
 
 def _finish(calls: list[ToolCall], errors: list[str], content: str, strict: bool) -> ParseResult:
@@ -89,7 +109,26 @@ def _finish(calls: list[ToolCall], errors: list[str], content: str, strict: bool
     return ParseResult(calls=calls, content=content, errors=errors)
 
 
-def _decode_error(raw: str, err: json.JSONDecodeError, flag_literals: bool) -> str:
+class _JsonLimitError(ValueError):
+    """Valid JSON that this parser will not build: nesting past the recursion limit, or an integer
+    literal past Python's digit limit. It is the model's malformed call, reported like any other."""
+
+
+def _loads(raw: str) -> Any:
+    """``json.loads`` whose every failure is a :class:`json.JSONDecodeError` or :class:`_JsonLimitError`."""
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise _JsonLimitError("nested too deeply") from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError as err:  # int("9" * 5000): Python's integer-string conversion limit
+        raise _JsonLimitError(f"a number is too long ({str(err).split(':')[0]})") from None
+
+
+def _decode_error(raw: str, err: ValueError, flag_literals: bool) -> str:
+    if isinstance(err, _JsonLimitError):
+        return f"Invalid tool call JSON: {err}"
     msg = f"Invalid tool call JSON: {err.msg} at character {err.pos}"
     if flag_literals and _PY_LITERAL.search(raw):
         msg += " (use JSON literals true/false/null, not Python's True/False/None)"
@@ -111,8 +150,8 @@ def parse_xml_json(text: str, *, strict: bool = True, reject_tool_call_with_cont
     for m in matches:
         raw = m.group(1)
         try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as e:
+            obj = _loads(raw)
+        except ValueError as e:
             errors.append(_decode_error(raw, e, flag_python_literals_in_tool_json))
             continue
         if not isinstance(obj, dict):
@@ -178,13 +217,13 @@ def parse_python_list(text: str, *, strict: bool = True) -> ParseResult:
 def _json_objects(body: str) -> list[Any]:
     """One JSON value, or one per non-empty line (raises json.JSONDecodeError)."""
     try:
-        value = json.loads(body)
+        value = _loads(body)
         return value if isinstance(value, list) else [value]
     except json.JSONDecodeError:
         lines = [ln.strip().rstrip(";") for ln in body.splitlines() if ln.strip()]
         if len(lines) < 2:
             raise
-        return [json.loads(ln) for ln in lines]
+        return [_loads(ln) for ln in lines]
 
 
 def parse_llama3_json(text: str, *, strict: bool = True, flag_python_literals_in_tool_json: bool = False
@@ -199,7 +238,7 @@ def parse_llama3_json(text: str, *, strict: bool = True, flag_python_literals_in
         return ParseResult(content=text.strip())
     try:
         objs = _json_objects(body)
-    except json.JSONDecodeError as e:
+    except ValueError as e:
         return ParseResult(content=text.strip(), errors=[_decode_error(body, e, flag_python_literals_in_tool_json)])
     calls: list[ToolCall] = []
     errors: list[str] = []

@@ -7,10 +7,10 @@ import threading
 
 import pytest
 
-from env_service.bfcl import executor as ex_mod
 from env_service.bfcl.executor import (
-    BLOCKED_NAMES, CallParseError, CallTimeout, Executor, ParsedCall, format_result, parse_call,
+    BLOCKED_NAMES, CallParseError, Executor, ParsedCall, format_result, parse_call,
 )
+from env_service.bfcl.limits import CallTimeout, time_budget
 
 
 def _executor(store, tid="multi_turn_base_0", **kw) -> Executor:
@@ -106,7 +106,7 @@ def test_method_table_is_public_methods_of_this_episode_only(store):
 
 def test_time_budget_interrupts_python_level_work():
     with pytest.raises(CallTimeout):
-        with ex_mod._time_budget(0.05):
+        with time_budget(0.05):
             while True:
                 pass
 
