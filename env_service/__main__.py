@@ -2,20 +2,27 @@
 
 No environment variables and no network are needed: the tasks come from the installed bfcl-eval data
 and the splits from this project's ``data/`` folder.
+
+The listening socket is bound before anything else starts, so a port that is taken or invalid ends
+the command at once with one line on stderr and exit code 1, and no worker process is ever started.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import socket
+import sys
 
 from env_service.service import DEFAULT_HOST_FACTORY, ServiceConfig
 
+PROG = "python -m env_service"
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m env_service", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8082, help="port to bind (default 8082)")
+    p.add_argument("--port", type=int, default=8082, help="port to bind (default 8082; 0 picks a free one)")
     p.add_argument("--workers", type=int, default=None,
                    help="episode worker processes (default: one per CPU; 0 = inline in the server process)")
     p.add_argument("--ttl", type=float, default=3600.0, help="reap instances idle this many seconds (default 3600)")
@@ -27,19 +34,42 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A bound socket for ``host:port``; raises ``SystemExit`` with one line when that is impossible."""
+    if not 0 <= port <= 65535:
+        raise SystemExit(f"{PROG}: --port {port} is not a TCP port (fix: pick one in 1-65535, e.g. --port 8082)")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as err:
+        reason = (err.strerror or str(err)).split(" (while attempting")[0]
+        if isinstance(err, socket.gaierror) or (err.errno or 0) < 0:  # the name did not resolve
+            raise SystemExit(f"{PROG}: cannot listen on {host}:{port}: {reason} "
+                             "(fix: pass an address of this machine, e.g. --host 127.0.0.1)") from None
+        raise SystemExit(f"{PROG}: cannot listen on {host}:{port}: {reason} "
+                         "(fix: stop the process using it, or pass another --port / --host)") from None
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    try:
+        config = ServiceConfig(workers=args.workers, ttl_s=args.ttl, max_instances=args.max_instances,
+                               request_timeout_s=args.request_timeout, host_factory=args.host_factory)
+    except ValueError as err:
+        raise SystemExit(f"{PROG}: {err}") from None
+    sock = bind_socket(args.host, args.port)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import uvicorn
 
     from env_service.app import create_app
 
-    config = ServiceConfig(workers=args.workers, ttl_s=args.ttl, max_instances=args.max_instances,
-                           request_timeout_s=args.request_timeout, host_factory=args.host_factory)
-    logging.getLogger(__name__).info("Starting server on %s:%d (%d workers)", args.host, args.port,
+    logging.getLogger(__name__).info("Starting server on %s:%d (%d workers)", args.host, sock.getsockname()[1],
                                      config.resolved_workers)
-    uvicorn.run(create_app(config), host=args.host, port=args.port, log_level=args.log_level,
-                access_log=False, timeout_keep_alive=30)
+    server = uvicorn.Server(uvicorn.Config(create_app(config), log_level=args.log_level, access_log=False,
+                                           timeout_keep_alive=30))
+    server.run(sockets=[sock])
+    if not server.started:
+        sys.exit(1)  # uvicorn logged why (e.g. the workers could not start)
 
 
 if __name__ == "__main__":

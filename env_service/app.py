@@ -14,6 +14,7 @@ with a one-line ``detail``; tracebacks go to the service log only.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -30,6 +31,10 @@ from env_service.host import OpError, one_line
 from env_service.service import EnvService, ServiceConfig, observation_message
 
 logger = logging.getLogger(__name__)
+
+_SLASHES = re.compile(r"/{2,}")
+_BODY_PARSE_DETAIL = ("the body is not valid JSON (bad syntax or encoding, nesting past the parser's limit, "
+                      "or a number with more than 4300 digits)")
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": schemas.ErrorResponse, "description": "bad body or params"},
@@ -51,9 +56,20 @@ def _error(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse(body.model_dump(), status_code=status)
 
 
-class _LatencyMiddleware:
-    """Records each request's duration per route path, and refuses oversized bodies before reading them.
+class _BodyTooLarge(StarletteHTTPException):
+    """Raised from ``receive`` when a body (chunked ones included) passes the limit; FastAPI lets
+    HTTP exceptions through its body parsing, so the error handlers answer it as a 413."""
 
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"request body exceeds {limit} bytes")
+
+
+class _LatencyMiddleware:
+    """Records each request's duration per route path, refuses oversized bodies, folds ``//`` in paths.
+
+    The size limit holds for every body: a declared ``content-length`` beyond it is refused before
+    reading, and a body without one (``transfer-encoding: chunked``) is counted as it arrives.
+    Repeated slashes are folded because the release's client posts to ``//get_env_profile``.
     Pure ASGI (cheaper than ``BaseHTTPMiddleware``).
     """
 
@@ -67,15 +83,27 @@ class _LatencyMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if "//" in scope["path"]:
+            scope = {**scope, "path": _SLASHES.sub("/", scope["path"])}
         length = dict(scope.get("headers") or ()).get(b"content-length", b"0")
         if length.isdigit() and int(length) > self.max_body:
             self.service.count_error("too_large")
             response = _error(413, "too_large", f"request body of {int(length)} bytes exceeds {self.max_body}")
             await response(scope, receive, send)
             return
+        received = 0
+
+        async def counted_receive() -> dict:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.max_body:
+                raise _BodyTooLarge(self.max_body)
+            return message
+
         t0 = time.perf_counter()
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, counted_receive, send)
         finally:
             self.service.latency.record(scope["path"], time.perf_counter() - t0)
 
@@ -86,7 +114,8 @@ def _require_bfcl(req: schemas.ServiceRequest) -> None:
 
 
 def _require_instance(req: schemas.ServiceRequest) -> str:
-    _require_bfcl(req)
+    # The release looks an instance up by its id alone, and its client sends env_type "default" on
+    # every call but /create: the type is checked where an instance is made, not where one is used.
     if not req.instance_id:
         raise OpError("bad_request", "instance_id is required")
     return req.instance_id
@@ -114,9 +143,10 @@ def _add_error_handlers(app: FastAPI, service: EnvService) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
-        code = "not_found" if err.status_code == 404 else "bad_request"
+        code = {404: "not_found", 413: "too_large"}.get(err.status_code, "bad_request")
+        detail = _BODY_PARSE_DETAIL if err.detail == "There was an error parsing the body" else err.detail
         service.count_error(code)
-        return _error(err.status_code, code, one_line(f"{request.method} {request.url.path}: {err.detail}"))
+        return _error(err.status_code, code, one_line(f"{request.method} {request.url.path}: {detail}"))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, err: Exception) -> JSONResponse:
@@ -134,7 +164,6 @@ def _add_compat_routes(app: FastAPI, service: EnvService) -> None:
 
     @app.post("/get_env_profile", response_model=schemas.Envelope, responses=_ERRORS, tags=["release-compatible"])
     async def get_env_profile(req: schemas.ServiceRequest) -> JSONResponse:
-        _require_bfcl(req)
         return _envelope(await service.env_profile(str(req.params.get("split", "train"))))
 
     @app.post("/create", response_model=schemas.Envelope, responses=_ERRORS, tags=["release-compatible"])

@@ -62,7 +62,9 @@ def validation_summary(err: ValidationError) -> str:
     parts = []
     for item in err.errors()[:5]:
         loc = ".".join(str(p) for p in item.get("loc", ())) or "(body)"
-        parts.append(f"{loc}: {item.get('msg', 'invalid')}")
+        msg = str(item.get("msg", "invalid")).removeprefix("Value error, ")
+        # A validator's own message that already names its key (``params.x.y: ...``) stands alone.
+        parts.append(msg if msg.startswith("params.") else f"{loc}: {msg}")
     more = len(err.errors()) - 5
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
 

@@ -33,10 +33,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from env_service.bfcl.checker import FORCE_TERMINATED, EpisodeCheck, check_episode
 from env_service.bfcl.executor import ERROR_PREFIX, Executor
+from env_service.bfcl.interface_params import check_block
 from env_service.bfcl.limits import DEFAULT_MAX_OBSERVATION_CHARS, DEFAULT_MAX_TOOL_RESULT_CHARS, truncate
 from env_service.bfcl.parsers import ParseResult, ToolCall, parse_tool_calls, resolve_mode
 from env_service.bfcl.prompts import (
@@ -113,6 +114,11 @@ class EpisodeParams(BaseModel):
         if v not in TOOL_PROMPT_MODES:
             raise ValueError(f"tool_prompt_mode {v!r} is not supported; use one of {', '.join(TOOL_PROMPT_MODES)}")
         return v
+
+    @field_validator("observation_lite", "tool_feedback_evolution", "diagnostic_evolution", mode="before")
+    @classmethod
+    def _interface_block(cls, v: Any, info: ValidationInfo) -> dict[str, Any] | None:
+        return check_block(info.field_name, v)
 
     @field_validator("tool_result_mode")
     @classmethod
