@@ -1,0 +1,138 @@
+"""How many tasks' ground truth fits an experiment's episode budget.
+
+Replays each task's ground truth (the oracle's assistant messages, ``env_service.oracle``) through
+the project's episode runner (``BfclAgentLoop``, the one training and validation use) against the
+in-process environment, under the experiment config's budget (``seal.rollout.episode_budget``,
+``max_model_len``, ``response_length``, ``max_llm_calls``), with the policy's tokenizer. A task
+*fits* when the replayed episode passes BFCL's checker: nothing cut it short.
+
+    python scripts/budget_replay.py --conf exp/SEAL.yaml --category multi_turn_long_context \\
+        --tokenizer models/SmolLM2-135M-Instruct [--mode validate|sample] [-- key=value ...]
+
+Prints the fitting count under the config's budget and, for comparison, under the other budget
+mode, plus the count of tasks whose whole replay (no budget, observations not clipped) stays
+within ``max_model_len - response_length`` tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tqdm import tqdm  # noqa: E402
+
+logger = logging.getLogger("budget_replay")
+
+
+class OracleServer:
+    """A ``server_manager`` that answers each call with the task's next oracle message."""
+
+    def __init__(self, tokenizer: Any, messages: list[str]) -> None:
+        self.tokenizer, self.messages, self.calls = tokenizer, list(messages), 0
+        self.eos = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() \
+            else tokenizer.eos_token_id
+
+    async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: dict, **_: Any) -> Any:
+        from verl.workers.rollout.replica import TokenOutput
+
+        text = self.messages[self.calls] if self.calls < len(self.messages) else "Done."
+        self.calls += 1
+        ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.eos]
+        return TokenOutput(token_ids=ids, log_probs=None, stop_reason="completed")
+
+
+def replay(cfg: Any, tokenizer: Any, client: Any, task_ids: list[str], mode: str, *, progress: bool) -> dict[str, Any]:
+    """Play each task's oracle; returns ``{task_id: (passed, terminated_reason, whole_context_tokens)}``."""
+    from env_service.oracle import oracle_for_task
+    from seal.rollout.agent_loop import BfclAgentLoop
+
+    store = client.task_store() if hasattr(client, "task_store") else None
+    if store is None:
+        from env_service.bfcl.tasks import TaskStore
+
+        store = TaskStore.load()
+    out = {}
+
+    async def play(task_id: str) -> Any:
+        server = OracleServer(tokenizer, oracle_for_task(store.get(task_id)))
+        loop = BfclAgentLoop.for_local(cfg, server, tokenizer, env_client=client)
+        return await loop.run({"temperature": 0.0}, task_id=task_id, rollout_mode=mode)
+
+    for task_id in tqdm(task_ids, desc=f"replay ({mode})", disable=not progress):
+        res = asyncio.run(play(task_id))
+        e = res.extra_fields
+        whole = len(res.prompt_ids) + len(res.response_ids) + int(e.get("truncated_response_tokens") or 0)
+        out[task_id] = (bool((e.get("check") or {}).get("valid")), e.get("terminated_reason"), whole)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    overrides = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--conf", default="exp/SEAL.yaml", help="experiment config (default: exp/SEAL.yaml)")
+    p.add_argument("--category", default="multi_turn_long_context", help="task category to replay")
+    p.add_argument("--tokenizer", default="models/SmolLM2-135M-Instruct", help="local tokenizer/checkpoint folder")
+    p.add_argument("--mode", choices=["validate", "sample"], default="validate",
+                   help="rollout mode: validate (evaluation interface) or sample (training interface)")
+    p.add_argument("--limit", type=int, default=None, help="replay only the first N tasks")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if not (Path(args.tokenizer) / "tokenizer.json").is_file():
+        print(f"budget_replay: no tokenizer in {args.tokenizer} (run install.sh, or pass --tokenizer DIR)",
+              file=sys.stderr)
+        return 2
+
+    from omegaconf import OmegaConf
+    from transformers import AutoTokenizer
+
+    from env_service.bfcl.tasks import TaskStore
+    from env_service.client import EnvClient
+    from seal.config import ConfigError, compose_config
+    from seal.rollout.settings import RolloutSettings
+
+    try:
+        cfg = compose_config(args.conf, ["env_service.url=null", *overrides])
+    except ConfigError as err:
+        print(f"budget_replay: {err}", file=sys.stderr)
+        return 2
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    ids = TaskStore.load().ids(args.category)[: args.limit]
+    if not ids:
+        print(f"budget_replay: no task in category {args.category!r}", file=sys.stderr)
+        return 2
+    settings = RolloutSettings.from_config(cfg)
+    other = "response" if settings.episode_budget == "context" else "context"
+    client = EnvClient.in_process()
+    try:
+        results = {}
+        for budget in (settings.episode_budget, other):
+            run_cfg = OmegaConf.merge(cfg, {"seal": {"rollout": {"episode_budget": budget}}})
+            results[budget] = replay(run_cfg, tokenizer, client, ids, args.mode, progress=True)
+        # No budget at all and unclipped observations: each task's whole replayed context.
+        unbounded = OmegaConf.merge(cfg, {"seal": {"rollout": {"episode_budget": "context", "max_env_tokens": 10**7}},
+                                          "actor_rollout_ref": {"rollout": {"max_model_len": 10**7}}})
+        whole = replay(unbounded, tokenizer, client, ids, args.mode, progress=True)
+    finally:
+        client.close()
+    n = len(ids)
+    fit = {b: sum(ok for ok, _, _ in r.values()) for b, r in results.items()}
+    release = sum(ok and length <= settings.context_cap for ok, _, length in whole.values())
+    print(f"{args.category}: {n} tasks, mode {args.mode}, {args.conf} (max_model_len {settings.max_model_len}, "
+          f"response_length {settings.response_length}, max_llm_calls {settings.max_llm_calls})")
+    print(f"  episode_budget={settings.episode_budget} (this config): {fit[settings.episode_budget]}/{n} fit")
+    print(f"  episode_budget={other}: {fit[other]}/{n} fit")
+    print(f"  whole unclipped replay within {settings.context_cap} tokens (prompt + every turn, observations "
+          f"not clipped): {release}/{n}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
