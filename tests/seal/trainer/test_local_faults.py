@@ -99,3 +99,38 @@ def test_service_stopped_mid_run(tmp_path, tokenizer, make_model, trainer_config
         assert trainer.hooks.state.observe_count == observed
     finally:
         trainer.close()
+
+
+def test_a_step_with_nothing_to_train_on_is_skipped(tmp_path, make_trainer, scripted_runner):
+    """Every episode faults (tolerated by max_fault_fraction=1): no update, no crash, counted."""
+    import torch
+
+    runner = scripted_runner()
+    trainer, _ = make_trainer(tmp_path / "run", runner=runner,
+                              extra=["trainer.val_before_train=false", "seal.local.max_fault_fraction=1.0"])
+    try:
+        runner.faults = {t: -1 for t in trainer.sampler.permutation(0)}
+        before = [p.detach().clone() for p in trainer.model.parameters()]
+        metrics = trainer.train_step()
+        after = list(trainer.model.parameters())
+    finally:
+        trainer.close()
+    assert metrics["seal/skipped_updates"] == 1.0 and metrics["seal/trained_episodes"] == 0.0
+    assert metrics["seal/excluded_episodes"] == 4.0 and trainer.global_step == 1
+    assert all(torch.equal(a, b) for a, b in zip(before, after))
+    assert not trainer.optimizer.state  # AdamW never stepped
+
+
+def test_a_lone_survivor_is_not_trained_on(tmp_path, make_trainer, scripted_runner):
+    """n=2 and one episode of a task faults: its sibling has no baseline and is left out (as on
+    the verl backend), but it is still observed by the capability state."""
+    runner = scripted_runner()
+    trainer, _ = make_trainer(tmp_path / "run", runner=runner, extra=["trainer.val_before_train=false"])
+    try:
+        first = trainer.sampler.permutation(0)[0]
+        runner.faults = {first: 1}  # the first attempt of the task faults, the second does not
+        metrics = trainer.train_step()
+    finally:
+        trainer.close()
+    assert metrics["seal/lone_survivors"] == 1.0 and metrics["seal/trained_episodes"] == 2.0
+    assert trainer.hooks.state.tasks[first]["count"] == 1
