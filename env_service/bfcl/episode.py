@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import keyword
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -38,7 +39,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from env_service.bfcl.checker import FORCE_TERMINATED, EpisodeCheck, check_episode
 from env_service.bfcl.executor import ERROR_PREFIX, Executor
 from env_service.bfcl.interface_params import check_block
-from env_service.bfcl.limits import DEFAULT_MAX_OBSERVATION_CHARS, DEFAULT_MAX_TOOL_RESULT_CHARS, truncate
+from env_service.bfcl.limits import (
+    DEFAULT_MAX_OBSERVATION_CHARS, DEFAULT_MAX_TOOL_RESULT_CHARS, STEP_TIME_BUDGET_S, truncate,
+)
 from env_service.bfcl.parsers import ParseResult, ToolCall, parse_tool_calls, resolve_mode
 from env_service.bfcl.prompts import (
     CONVERSATION_COMPLETED, TOOL_PROMPT_MODES, TOOL_RESULT_MODES, call_to_string, render_invalid_tool_call,
@@ -309,9 +312,8 @@ class BfclEpisode:
         return self._outcome(render_invalid_tool_call(reason, feedback), info)
 
     def _execute(self, calls: list[ToolCall]) -> StepOutcome:
-        strings = [call_to_string(c.name, c.arguments) for c in calls]
-        results = self._executor.run(strings)
-        self.model_turns[self.turn].append(strings)
+        ran, texts, failed = self._run_calls([call_to_string(c.name, c.arguments) for c in calls])
+        self.model_turns[self.turn].append(ran)
         self._version += 1
         self.steps_in_turn += 1
         self.events["steps"] += 1
@@ -319,13 +321,10 @@ class BfclEpisode:
         self.events["tool_calls_accepted"] += len(calls)
         ev = self.turn_events[self.turn]
         ev.model_calls.extend(c.name for c in calls)
-        # Errors are recognised on the whole result; the model sees it cut to the cap.
-        texts = [truncate(r.text, self.params.max_tool_result_chars, "a tool result", "max_tool_result_chars")
-                 for r in results]
         hints: list[str] = []
         n_errors = 0
-        for result, text in zip(results, texts):
-            if is_tool_error(result.text):
+        for text, is_error in zip(texts, failed):
+            if is_error:
                 n_errors += 1
                 self._remember_error(text)
                 hints.append(self.interface.tool_error_feedback(text, tool_names=list(self.offered)))
@@ -341,6 +340,35 @@ class BfclEpisode:
             info["force_terminated"] = True
             return self._outcome(CONVERSATION_COMPLETED, info)
         return self._outcome(render_tool_responses(texts, hints), info)
+
+    def _run_calls(self, strings: list[str]) -> tuple[list[str], list[str], list[bool]]:
+        """Run ``strings`` in order; returns (the calls that ran, one text per call, which failed).
+
+        Results are cut to the caps as they come, so a message of thousands of calls never holds
+        more than an observation's worth of text; errors are recognised on the whole result. Calls
+        left when the step's time budget is spent are not run (nor replayed by the checker).
+        """
+        p = self.params
+        deadline = time.monotonic() + STEP_TIME_BUDGET_S
+        ran: list[str] = []
+        texts: list[str] = []
+        failed: list[bool] = []
+        shown = 0
+        for call in strings:
+            if time.monotonic() > deadline:
+                texts.append(f"{ERROR_PREFIX}not run: the calls of this message used up the step's time budget "
+                             f"of {STEP_TIME_BUDGET_S:g} s")
+                failed.append(True)
+                continue
+            result = self._executor.run_one(call)
+            ran.append(call)
+            failed.append(is_tool_error(result.text))
+            if shown > p.max_observation_chars:
+                texts.append("")  # the observation is over its cap already: this part is cut anyway
+                continue
+            texts.append(truncate(result.text, p.max_tool_result_chars, "a tool result", "max_tool_result_chars"))
+            shown += len(texts[-1])
+        return ran, texts, failed
 
     def _advance(self) -> StepOutcome:
         nxt = self.turn + 1

@@ -31,6 +31,9 @@ DEFAULT_MAX_OBSERVATION_CHARS = 262_144
 MAX_PRECISION = 10_000  # decimal / mpmath digits: sqrt 0.07 s, log 0.17 s at this bound
 MAX_RESULT_BITS = 1_000_000  # an integer power's size (about 300,000 decimal digits, ~0.02 s)
 MAX_ROUND_DIGITS = 10_000  # round(int, -n) computes 10**n
+# The calls of one message together: under the service's 60 s worker watchdog, so that a message of
+# many slow calls gets its remaining calls refused instead of its worker (and episodes) killed.
+STEP_TIME_BUDGET_S = 20.0
 _WATCHDOG_PERIOD_S = 0.05
 
 

@@ -127,3 +127,25 @@ def test_default_caps_bound_the_amplification(store, inert):
     message = call * 30
     out = ep.step(message)
     assert len(message) > 900_000 and len(out.observation) < 300_000
+
+
+def test_a_message_of_slow_calls_stops_at_the_step_budget(store, inert, monkeypatch):
+    """Calls left when the step's budget is spent are refused, not run and not replayed by the checker."""
+    import env_service.bfcl.episode as episode_mod
+
+    monkeypatch.setattr(episode_mod, "STEP_TIME_BUDGET_S", 0.3)
+    ep = BfclEpisode(store.get("multi_turn_base_0"), {}, interface=inert)
+    ep.executor.call_timeout_s = 0.2
+
+    def spin(**kwargs):
+        while True:
+            pass
+
+    ep.executor._methods["pwd"] = ("GorillaFileSystem", spin)
+    call = '<tool_call>{"name": "pwd", "arguments": {}}</tool_call>'
+    t0 = time.perf_counter()
+    out = ep.step(call * 10)
+    assert time.perf_counter() - t0 < 2.0
+    assert out.observation.count("time budget of 0.2 s") == 2
+    assert out.observation.count("not run: the calls of this message used up") == 8
+    assert ep.model_turns[0] == [["pwd()", "pwd()"]]
