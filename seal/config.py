@@ -35,14 +35,18 @@ class ConfigError(ValueError):
     """A bad experiment config; the message names the key and what to do."""
 
 
-def compose_config(conf: str | Path, overrides: Sequence[str] = ()) -> DictConfig:
+def compose_config(conf: str | Path, overrides: Sequence[str] = (), *, check: bool = True) -> DictConfig:
     """Compose ``conf`` (an experiment YAML) with Hydra overrides and validate it.
 
     ``conf`` may live anywhere. Files under the project's ``exp/`` folder are composed with ``exp/``
     as the config root; any file can build on another through ``defaults: [/SEAL, _self_]``. A file
     in a sub-folder (``exp/ablations/x.yaml``) starts with ``# @package _global_`` so that what it
     sets lands at the top level rather than under the folder's name.
+
+    ``check`` runs :func:`seal.config_check.check_config` (keys and types of the whole tree, task
+    ids, data files, a local model folder); every failure is one :class:`ConfigError` line.
     """
+    from seal import config_check
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -59,9 +63,27 @@ def compose_config(conf: str | Path, overrides: Sequence[str] = ()) -> DictConfi
         with initialize_config_dir(config_dir=str(root), version_base=None):
             cfg = compose(config_name=name, overrides=[searchpath, *overrides])
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(_one_line(exc)) from exc
+        raise ConfigError(_override_error(exc, overrides)) from exc
     validate_config(cfg)
+    if check:
+        config_check.check_config(cfg, overrides)
     return cfg
+
+
+def _override_error(exc: BaseException, overrides: Sequence[str]) -> str:
+    """Hydra's composition errors as one line: an unknown key names the nearest existing one."""
+    from hydra.errors import OverrideParseException
+
+    from seal import config_check
+
+    text = str(exc)
+    if "To append to your config use" in text:
+        return config_check.rewrite_hydra_error(text)
+    if isinstance(exc, OverrideParseException):
+        bad = _unparsable_override(overrides) or "an override"
+        return (f"{bad}: not a valid key=value override ({_one_line(exc)}; fix: quote a value holding "
+                "brackets, commas or spaces, e.g. 'key=\"a, b\"')")
+    return _one_line(exc)
 
 
 def validate_config(cfg: DictConfig) -> None:
@@ -85,24 +107,19 @@ def _check_node(node: Any, ref: Any, path: str) -> None:
             raise ConfigError(f"{path}: expected a mapping, got {type(node).__name__}")
         for key in node:
             if key not in ref:
-                known = ", ".join(str(k) for k in ref)
-                raise ConfigError(f"{path}.{key}: unknown key (known under {path}: {known})")
+                from seal.config_check import nearest
+
+                near = nearest(str(key), [str(k) for k in ref])
+                hint = f"did you mean {path}.{near}?" if near else f"known: {', '.join(str(k) for k in ref)}"
+                raise ConfigError(f"{path}.{key}: unknown key ({hint})")
             _check_node(node[key], ref[key], f"{path}.{key}")
         return
-    value = node
-    if value is None or ref is None:
-        return  # nullable knobs: null in the base means "unset", any value may replace it
-    if isinstance(ref, ListConfig):
-        if not isinstance(value, ListConfig):
-            raise ConfigError(f"{path}={value!r}: expected a list")
-        return
-    if isinstance(ref, bool) and not isinstance(value, bool):
-        raise ConfigError(f"{path}={value!r}: expected true or false")
-    if isinstance(ref, (int, float)) and not isinstance(ref, bool):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{path}={value!r}: expected a number")
-    if isinstance(ref, str) and not isinstance(value, str):
-        raise ConfigError(f"{path}={value!r}: expected a string")
+    from seal.config_check import show, type_problem
+
+    value = to_plain(node)
+    problem = type_problem(value, to_plain(ref), path, strict_strings=True)
+    if problem:
+        raise ConfigError(f"{path}={show(value)}: expected {problem}")
 
 
 def _check_open_map(node: Any, path: str) -> None:
@@ -131,6 +148,18 @@ def experiment_dir(cfg: DictConfig) -> Path:
     if not name or "/" in name or name.startswith("."):
         raise ConfigError(f"trainer.experiment_name={name!r}: use a plain folder name")
     return Path("experiments") / name
+
+
+def _unparsable_override(overrides: Sequence[str]) -> str | None:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for o in overrides:
+        try:
+            parser.parse_override(o)
+        except Exception:  # the grammar raises its own error types; any of them marks the culprit
+            return o
+    return None
 
 
 def _one_line(exc: BaseException) -> str:

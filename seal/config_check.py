@@ -1,0 +1,247 @@
+"""The one validation pass over a composed experiment config, before anything heavy starts.
+
+:func:`check_config` runs after Hydra has composed the tree and before the model, Ray or the
+environment service start. It reads only YAML, the task store's ids and file names (never a
+model or tokenizer), and fails with one :class:`~seal.config.ConfigError` line naming the key:
+
+* a key that exists nowhere in the reference tree (verl's installed ``ppo_trainer`` config plus
+  ``exp/seal_base.yaml``), with the nearest existing key;
+* a value whose type differs from the reference default's (``data.train_batch_size=abc:
+  expected int (fix: ...)``); verl's keys are checked like SEAL's;
+* a task id in ``seal.tasks.{train,val}_ids`` the task store does not hold (with the nearest
+  real id), a ``data.{train,val}_files`` entry that does not exist;
+* a local model folder that does not exist (hub look-ups would take about a minute to fail).
+
+Settings that contradict each other without being wrong (an explicit id list next to a data
+file) produce one warning saying which one wins.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import logging
+import os
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+
+# Keys whose value may be one string or a list of strings (verl reads both).
+STR_OR_LIST = ("data.train_files", "data.val_files", "trainer.logger")
+# Reference nodes whose keys are data, not schema (besides empty mappings, which are all open).
+OPEN_PREFIXES = ("seal.advantage.apatch.tag_weights", "ray_kwargs.ray_init")
+SPLITS = ("train", "val")
+_NOT_IN_STRUCT = re.compile(r"Could not override '([^']+)'")
+_TYPE_NAMES = {bool: "true or false", int: "int", float: "number", str: "string"}
+
+
+def _error(message: str) -> Exception:
+    from seal.config import ConfigError
+
+    return ConfigError(message)
+
+
+@functools.lru_cache(maxsize=1)
+def reference_tree() -> dict[str, Any]:
+    """verl's installed ``ppo_trainer`` config merged with ``exp/seal_base.yaml``, resolved."""
+    from hydra import compose, initialize_config_module
+
+    from seal.config import BASE_YAML
+
+    with initialize_config_module("verl.trainer.config", version_base=None):
+        verl = compose(config_name="ppo_trainer")
+    merged = OmegaConf.merge(OmegaConf.to_container(verl, resolve=True, throw_on_missing=False),
+                             OmegaConf.load(BASE_YAML))
+    return OmegaConf.to_container(merged, resolve=True, throw_on_missing=False)
+
+
+def all_keys(tree: Any, prefix: str = "") -> list[str]:
+    """Every dotted key of a nested dict (inner nodes included), depth first."""
+    out: list[str] = []
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            path = f"{prefix}.{key}" if prefix else str(key)
+            out.append(path)
+            out.extend(all_keys(value, path))
+    return out
+
+
+def nearest(word: str, candidates: Iterable[str]) -> str | None:
+    """The closest candidate to ``word`` (difflib ratio >= 0.6), or None."""
+    found = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def nearest_key(key: str, tree: dict[str, Any] | None = None) -> str | None:
+    """The existing key closest to ``key``: a sibling first (same parent), then any key."""
+    tree = reference_tree() if tree is None else tree
+    keys = all_keys(tree)
+    parent = key.rpartition(".")[0]
+    siblings = [k for k in keys if k.rpartition(".")[0] == parent]
+    return nearest(key, siblings) or nearest(key, keys)
+
+
+def unknown_key_message(key: str, tree: dict[str, Any] | None = None) -> str:
+    near = nearest_key(key, tree)
+    hint = f"did you mean {near}?" if near else "check the spelling against exp/seal_base.yaml and verl's ppo_trainer.yaml"
+    return f"{key}: no such config key ({hint}; to add a new key on purpose, write +{key}=...)"
+
+
+def rewrite_hydra_error(message: str) -> str:
+    """Hydra's ``Could not override 'k'.`` (an unknown key in struct mode) as our one line."""
+    m = _NOT_IN_STRUCT.search(message)
+    if m:
+        return unknown_key_message(m.group(1))
+    return message.strip().splitlines()[0] if message.strip() else message
+
+
+def check_config(cfg: DictConfig, overrides: Sequence[str] = ()) -> list[str]:
+    """Every check above; returns the warnings it logged, raises ConfigError on the first error."""
+    added = tuple(o.lstrip("+").split("=", 1)[0] for o in overrides if o.startswith("+"))
+    try:
+        plain = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+    except Exception as exc:  # omegaconf raises several unrelated types for a bad interpolation
+        key = getattr(exc, "full_key", "") or "config"
+        raise _error(f"{key}: cannot resolve its value ({str(exc).splitlines()[0]})") from exc
+    # Types are checked where a value is written: an interpolation (verl's `rollout_n:
+    # ${...rollout.n}`) is judged at the key it points to, so the error names the key the user set.
+    check_keys_and_types(OmegaConf.to_container(cfg, resolve=False), reference_tree(), added=added)
+    check_model_path(plain)
+    return check_tasks(plain)
+
+
+def check_keys_and_types(node: Any, ref: Any, *, path: str = "", added: Sequence[str] = ()) -> None:
+    """Walk ``node`` (plain, resolved) against the reference tree ``ref``."""
+    if isinstance(ref, dict) and isinstance(node, dict):
+        is_open = not ref or path.startswith(OPEN_PREFIXES) or any(path.startswith(a) for a in added if a)
+        for key, value in node.items():
+            sub = f"{path}.{key}" if path else str(key)
+            if key in ref:
+                check_keys_and_types(value, ref[key], path=sub, added=added)
+            elif not is_open and not any(a == sub or a.startswith(sub + ".") or sub.startswith(a + ".")
+                                         for a in added):
+                raise _error(unknown_key_message(sub))
+        return
+    if isinstance(node, str) and "${" in node:
+        return
+    problem = type_problem(node, ref, path)
+    if problem:
+        raise _error(f"{path}={show(node)}: expected {problem}")
+
+
+def type_problem(value: Any, ref: Any, path: str, *, strict_strings: bool = False) -> str | None:
+    """What ``value`` should have been (``"int (fix: ...)"``), or None when it fits ``ref``.
+
+    A number where verl expects a string is accepted (Hydra reads ``experiment_name=2024`` as an
+    int); ``strict_strings`` refuses it, for SEAL's keys, whose strings are all names of modes.
+    """
+    if value is None or ref is None or ref == "???":
+        return None  # null means "unset" in both trees; ??? is a value verl requires elsewhere
+    if path in STR_OR_LIST:
+        ok = isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+        return None if ok else f"a string or a list of strings (fix: e.g. {path}=[{show(ref[0]) if isinstance(ref, list) and ref else 'a'}])"
+    if isinstance(ref, dict):
+        return None if isinstance(value, dict) else f"a mapping (fix: set its keys, e.g. {path}.<key>=...)"
+    if isinstance(ref, list):
+        return None if isinstance(value, list) else f"a list (fix: {path}=[a,b])"
+    if isinstance(ref, bool):
+        return None if isinstance(value, bool) else f"true or false (fix: {path}=true)"
+    if isinstance(ref, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        return None if ok else f"int (fix: a whole number, e.g. {path}={ref})"
+    if isinstance(ref, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return None if ok else f"a number (fix: e.g. {path}={ref})"
+    if isinstance(ref, str):
+        ok = isinstance(value, str) or (not strict_strings and isinstance(value, (int, float))
+                                        and not isinstance(value, bool))
+        return None if ok else f"a string (fix: e.g. {path}={ref or 'text'})"
+    return None
+
+
+def show(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value) if not isinstance(value, str) else value
+
+
+# ---------------------------------------------------------------------- model and tasks
+
+
+def looks_local(path: str) -> bool:
+    """Whether a model path names a folder on this machine rather than a hub id (``org/name``)."""
+    p = Path(os.path.expanduser(path))
+    if p.is_absolute() or path.startswith((".", "~")) or len(p.parts) > 2:
+        return True
+    from seal.config import REPO_ROOT
+
+    # `models/X`: the first part is a folder here (or in the project), so this is not `org/name`.
+    return len(p.parts) == 2 and any((root / p.parts[0]).is_dir() for root in (Path.cwd(), REPO_ROOT))
+
+
+def check_model_path(plain: dict[str, Any]) -> None:
+    """A local model folder must exist; checked before any ``from_pretrained`` (which would try
+    the hub for about a minute before failing)."""
+    from seal.config import REPO_ROOT
+
+    model = (plain.get("actor_rollout_ref") or {}).get("model") or {}
+    for key in ("path", "tokenizer_path"):
+        value = model.get(key)
+        if not isinstance(value, str) or not value or not looks_local(value):
+            continue
+        p = Path(os.path.expanduser(value))
+        if p.is_dir() or (not p.is_absolute() and (REPO_ROOT / p).is_dir()):
+            continue
+        raise _error(f"actor_rollout_ref.model.{key}={value}: no such model folder (fix: run install.sh, "
+                     "scripts/prepare_model.py, or give a local folder or a hub id such as Qwen/Qwen2.5-7B-Instruct)")
+
+
+def resolve_data_file(value: str) -> Path:
+    """A data file as the trainers find it: as given, else relative to the project."""
+    from seal.config import REPO_ROOT
+
+    p = Path(os.path.expanduser(value))
+    if not p.is_absolute() and not p.exists() and (REPO_ROOT / p).exists():
+        return REPO_ROOT / p
+    return p
+
+
+def check_tasks(plain: dict[str, Any]) -> list[str]:
+    """Task ids against the task store, data files on disk; warnings for ids that override files."""
+    tasks = (plain.get("seal") or {}).get("tasks") or {}
+    data = plain.get("data") or {}
+    warnings: list[str] = []
+    for split in SPLITS:
+        ids = tasks.get(f"{split}_ids")
+        files = data.get(f"{split}_files")
+        files = [files] if isinstance(files, str) else list(files or [])
+        for f in files:
+            if not resolve_data_file(str(f)).is_file():
+                wins = f"; seal.tasks.{split}_ids is set and would be used instead" if ids else ""
+                raise _error(f"data.{split}_files={f}: file not found (fix: give an existing parquet file, "
+                             f"e.g. data/bfcl_{'train' if split == 'train' else 'eval_400'}.parquet{wins})")
+        if ids:
+            check_task_ids([str(i) for i in ids], f"seal.tasks.{split}_ids")
+            if files:
+                msg = (f"seal.tasks.{split}_ids ({len(ids)} tasks) wins over data.{split}_files="
+                       f"{','.join(map(str, files))}, which is not read")
+                log.warning(msg)
+                warnings.append(msg)
+    return warnings
+
+
+def check_task_ids(ids: Sequence[str], key: str) -> None:
+    from env_service.bfcl.tasks import default_store
+
+    store = default_store(include_composite=True)
+    for tid in ids:
+        if tid not in store:
+            near = nearest(tid, store.ids())
+            hint = f"the nearest is {near}" if near else "ids look like multi_turn_base_0"
+            raise _error(f"{key}: task id {tid!r} does not exist ({hint}; fix: list ids of the BFCL multi-turn "
+                         "tasks, or leave the key null to use the data file)")
