@@ -3,25 +3,32 @@
 * ``--conf`` names an experiment YAML (composed on verl's config and ``exp/seal_base.yaml``);
   Hydra overrides follow ``--`` or are given bare (``key=value``).
 * ``--with-bfcl`` starts the BFCL environment service over HTTP when nothing answers at
-  ``env_service.url`` (waits on ``/healthz``; stops it at the end). Without it the local backend
-  embeds the service in-process (``env_service.url`` is set to null) and the verl backend uses
-  the configured URL as is.
+  ``env_service.url`` (waits on ``/healthz``; stops it at the end, and it dies with the launcher
+  even on SIGKILL). Without it the local backend embeds the service in-process, unless the
+  experiment sets ``env_service.url``/``urls`` itself (on the command line or in its YAML): then
+  that service is used and must answer. The verl backend uses the configured URL as is.
 * ``.env`` in the current folder is loaded first (``example.env`` lists every variable).
 * ``experiments/<trainer.experiment_name>/`` receives the resolved ``config.yaml``,
   ``overrides.txt`` and ``git_commit.txt``, then everything the trainer writes.
 
-A bad config (unknown key, wrong type) fails with one line naming the key.
+A bad config (unknown key, wrong type, unknown task id, missing file or model folder) fails with
+one line naming the key, before the model, Ray or the service start; so does any other expected
+failure (``--debug`` or ``SEAL_DEBUG=1`` shows the full traceback). Rerunning a complete
+experiment prints where its results are and exits 0.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Iterator
 from urllib.parse import urlparse
@@ -37,6 +44,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
     parser.add_argument("--with-bfcl", action="store_true",
                         help="start the HTTP environment service if env_service.url does not answer")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--debug", action="store_true",
+                        help="show the full traceback of any error (also SEAL_DEBUG=1)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides key=value (after `--` or bare)")
     args = parser.parse_args(argv)
     overrides = [o for o in args.overrides if o != "--"]
@@ -79,6 +88,18 @@ def _healthy(url: str) -> bool:
         client.close()
 
 
+def _die_with_parent(parent: int) -> None:
+    """In the service's process, before exec: Linux sends it SIGTERM when the launcher dies,
+    however it dies (SIGKILL included), so no service is left orphaned on its port."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # the launcher died before prctl took effect
+        os._exit(1)
+
+
 @contextmanager
 def bfcl_service(url: str, *, wait_s: float = 120.0) -> Iterator[None]:
     """Make sure the HTTP service answers at ``url``: start one (and stop it after) if nothing does."""
@@ -92,7 +113,8 @@ def bfcl_service(url: str, *, wait_s: float = 120.0) -> Iterator[None]:
                          "a service only on 127.0.0.1/localhost with an explicit port")
     cmd = [sys.executable, "-m", "env_service", "--host", parsed.hostname, "--port", str(parsed.port)]
     logger.info("starting the environment service: %s", " ".join(cmd[1:]))
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT)
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, 
+                            preexec_fn=partial(_die_with_parent, os.getpid()) if sys.platform == "linux" else None)
     try:
         deadline = time.monotonic() + wait_s
         while not _healthy(url):
@@ -129,43 +151,94 @@ def dispatch(cfg, exp_dir: Path) -> None:
     run_verl(cfg, exp_dir=exp_dir)
 
 
+def explicit_service(cfg, overrides: Sequence[str]) -> bool:
+    """Whether the experiment names its environment service itself (command line or YAML) rather
+    than leaving exp/seal_base.yaml's default."""
+    from omegaconf import OmegaConf
+
+    from seal.config import BASE_YAML
+
+    if any(o.lstrip("+").startswith(("env_service.url=", "env_service.urls=")) for o in overrides):
+        return True
+    base = OmegaConf.load(BASE_YAML).env_service
+    return cfg.env_service.url != base.url or list(cfg.env_service.urls or []) != list(base.urls)
+
+
+def choose_service(cfg, overrides: Sequence[str], with_bfcl: bool) -> None:
+    """The local backend's environment: in-process by default; an explicit URL is used (and must
+    answer now, rather than fail on the first episode after the model has loaded)."""
+    from omegaconf import open_dict
+
+    from seal.config import ConfigError
+
+    if str(cfg.trainer.backend) != "local" or with_bfcl:
+        return
+    if not explicit_service(cfg, overrides):
+        with open_dict(cfg):
+            cfg.env_service.url = None
+            cfg.env_service.urls = []
+        return
+    for url in list(cfg.env_service.urls or []) or [cfg.env_service.url]:
+        if url is not None and not _healthy(str(url)):
+            raise ConfigError(f"env_service.url={url}: nothing answers there (fix: start it with "
+                              f"`python -m env_service --port <port>`, add --with-bfcl to start one, or drop "
+                              "the setting to run the environment in-process)")
+
+
+def run(args: argparse.Namespace, overrides: list[str]) -> int:
+    from seal.config import compose_config, experiment_dir
+    from seal.trainer.finished import finished_message
+
+    cfg = compose_config(args.conf, overrides)
+    exp_dir = experiment_dir(cfg)
+    done = finished_message(cfg, exp_dir)
+    if done:
+        print(done, file=sys.stderr)
+        return 0
+    choose_service(cfg, overrides, args.with_bfcl)
+    write_run_files(exp_dir, cfg, overrides, args.conf)
+    logger.info("experiment folder: %s", exp_dir)
+    if args.with_bfcl and not cfg.env_service.urls:
+        with bfcl_service(str(cfg.env_service.url)):
+            dispatch(cfg, exp_dir)
+    else:
+        dispatch(cfg, exp_dir)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args, overrides = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from dotenv import load_dotenv
 
     load_dotenv(Path.cwd() / ".env", override=False)
-    from omegaconf import open_dict
-
-    from seal.config import ConfigError, compose_config, experiment_dir
+    debug = args.debug or os.environ.get("SEAL_DEBUG", "").lower() in ("1", "true", "yes")
+    from seal.config import ConfigError
     from seal.trainer import RunStopped
 
+    # SIGTERM unwinds like Ctrl-C, so `finally` blocks stop the service and close files.
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
-        cfg = compose_config(args.conf, overrides)
-        exp_dir = experiment_dir(cfg)
+        return run(args, overrides)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    local = str(cfg.trainer.backend) == "local"
-    if local and not args.with_bfcl:
-        with open_dict(cfg):
-            cfg.env_service.url = None
-            cfg.env_service.urls = []
-    write_run_files(exp_dir, cfg, overrides, args.conf)
-    logger.info("experiment folder: %s", exp_dir)
-    try:
-        if args.with_bfcl and not cfg.env_service.urls:
-            with bfcl_service(str(cfg.env_service.url)):
-                dispatch(cfg, exp_dir)
-        else:
-            dispatch(cfg, exp_dir)
-    except ConfigError as exc:
+        if debug:
+            raise
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except RunStopped as exc:
+        if debug:
+            raise
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    return 0
+    except (OSError, ImportError, RuntimeError, ValueError) as exc:
+        if debug:
+            raise
+        text = str(exc).strip().splitlines()
+        print(f"error: {type(exc).__name__}: {text[0] if text else ''} (run with --debug for the traceback)",
+              file=sys.stderr)
+        return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import pickle
 import random
 import shutil
 from pathlib import Path
@@ -25,6 +26,8 @@ logger = logging.getLogger(__name__)
 
 LATEST_FILE = "latest_checkpointed_iteration.txt"
 TRAINER_FILE = "trainer_state.json"
+START_FRESH = ("start fresh with a new trainer.experiment_name or trainer.resume_mode=disable, or resume an "
+               "earlier checkpoint with trainer.resume_mode=resume_path trainer.resume_from_path=<global_step_k>")
 
 
 def step_dir(root: Path, step: int) -> Path:
@@ -75,7 +78,11 @@ def latest_checkpoint(root: Path) -> Path | None:
     marker = Path(root) / LATEST_FILE
     if not marker.is_file():
         return None
-    path = step_dir(root, int(marker.read_text(encoding="utf-8").strip()))
+    text = marker.read_text(encoding="utf-8").strip()
+    if not text.isdigit():
+        raise ConfigError(f"{marker}: damaged checkpoint tracker ({text[:40]!r} is not a step number); "
+                          f"{START_FRESH}")
+    path = step_dir(root, int(text))
     if not path.is_dir():
         raise ConfigError(f"{marker} names {path.name}, which is missing; set trainer.resume_mode=disable "
                           "to start over or trainer.resume_from_path to another checkpoint")
@@ -88,8 +95,23 @@ def load_checkpoint(path: Path, *, model: torch.nn.Module, optimizer: torch.opti
     path = Path(path)
     if not (path / TRAINER_FILE).is_file():
         raise ConfigError(f"trainer.resume_from_path={path}: not a checkpoint folder (no {TRAINER_FILE})")
-    model.load_state_dict(torch.load(path / "model.pt", map_location="cpu", weights_only=True))
-    optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True))
-    set_rng_state(torch.load(path / "rng.pt", weights_only=False))
-    hooks.load(path / "seal")
-    return json.loads((path / TRAINER_FILE).read_text(encoding="utf-8"))
+    current = path / TRAINER_FILE
+    try:
+        state = json.loads(current.read_text(encoding="utf-8"))
+        current = path / "model.pt"
+        model.load_state_dict(torch.load(current, map_location="cpu", weights_only=True))
+        current = path / "optimizer.pt"
+        optimizer.load_state_dict(torch.load(current, map_location="cpu", weights_only=True))
+        current = path / "rng.pt"
+        set_rng_state(torch.load(current, weights_only=False))
+        current = path / "seal"
+        hooks.load(current)
+        int(state["global_step"])
+        current = path / TRAINER_FILE
+        state["data"]["epoch"], state["data"]["index"]
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError, EOFError, pickle.UnpicklingError) as exc:
+        # torch.load and load_state_dict report a truncated or foreign file in many ways; all of
+        # them mean the same to the user: this file is damaged, resume elsewhere or start over.
+        reason = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"{current}: damaged checkpoint, cannot resume ({reason}); {START_FRESH}") from exc
+    return state
