@@ -178,7 +178,7 @@ def _add_compat_routes(app: FastAPI, service: EnvService) -> None:
     async def step(req: schemas.ServiceRequest) -> JSONResponse:
         instance_id = _require_instance(req)
         observation, terminated, reward, info = await service.step(instance_id, _assistant_content(req.messages))
-        return _envelope({"state": [observation_message(observation)], "reward": reward,
+        return _envelope({"state": [observation_message(observation, info)], "reward": reward,
                           "is_terminated": terminated, "info": info})
 
     @app.post("/evaluate", response_model=schemas.Envelope, responses=_ERRORS, tags=["release-compatible"])

@@ -112,9 +112,11 @@ class LatencyWindow:
         return out
 
 
-def observation_message(content: str) -> dict:
-    """The release's observation message: role ``user``, the text, and an empty ``tool_calls``."""
-    return {"role": "user", "content": content, "tool_calls": []}
+def observation_message(content: str, info: dict | None = None) -> dict:
+    """The release's observation message: the text and an empty ``tool_calls``, with role ``user``,
+    or the role the episode reports in its step ``info`` (``ipython`` in the Llama-3.1 modes)."""
+    role = (info or {}).get("observation_role") or "user"
+    return {"role": role, "content": content, "tool_calls": []}
 
 
 def check_instance_id(instance_id: str) -> str:
@@ -291,7 +293,7 @@ class EnvService:
 
     async def v1_step(self, req: schemas.StepRequest) -> schemas.StepResponse:
         observation, terminated, reward, info = await self.step(req.instance_id, req.content)
-        return schemas.StepResponse(observation=observation_message(observation), terminated=terminated,
+        return schemas.StepResponse(observation=observation_message(observation, info), terminated=terminated,
                                     reward=reward, info=info)
 
     async def v1_evaluate(self, req: schemas.EvaluateRequest) -> schemas.EvaluateResponse:

@@ -1,6 +1,8 @@
 """One BFCL multi-turn episode: the release's protocol on safe, per-episode backends.
 
-Protocol (``bfcl_qwen_fc`` prompt, ``xml_json`` parser by default):
+Protocol (``bfcl_qwen_fc`` prompt, ``xml_json`` parser by default; the Llama-3.1/ToolACE prompt
+modes change only the text, the call syntax and the observations' role, see
+:mod:`env_service.bfcl.prompts`):
 
 * ``reset()`` -> ``[system, first user message]``.
 * ``step(assistant_text)``:
@@ -44,8 +46,9 @@ from env_service.bfcl.limits import (
 )
 from env_service.bfcl.parsers import ParseResult, ToolCall, parse_tool_calls, resolve_mode
 from env_service.bfcl.prompts import (
-    CONVERSATION_COMPLETED, TOOL_PROMPT_MODES, TOOL_RESULT_MODES, call_to_string, render_invalid_tool_call,
-    render_revealed_functions, render_system_prompt, render_tool_responses,
+    CONVERSATION_COMPLETED, PROMPT_MODE_PAIRS, TOOL_PROMPT_MODES, TOOL_RESULT_MODES, call_to_string,
+    observation_role, render_initial_messages, render_invalid_tool_call, render_revealed_functions,
+    render_tool_responses,
 )
 from env_service.bfcl.tasks import Task
 
@@ -70,7 +73,8 @@ class EpisodeParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     strict_tool_parser: bool = True
-    tool_call_parser: str = "xml_json"
+    # None: the parser / result mode that tool_prompt_mode pairs with (PROMPT_MODE_PAIRS).
+    tool_call_parser: str | None = None
     reject_tool_call_with_content: bool = False
     flag_python_literals_in_tool_json: bool = False
     accept_parameters_as_arguments: bool = False
@@ -78,8 +82,10 @@ class EpisodeParams(BaseModel):
     enforce_available_tools: bool = Field(True, description="reject calls to tools not currently offered "
                                           "(release default; multi_turn_miss_func_49's ground truth then cannot pass)")
     tool_prompt_mode: str = "bfcl_qwen_fc"
-    tool_result_mode: str = "bfcl_tool_response"
-    rollout_mode: str = "sample"
+    tool_result_mode: str | None = None
+    # The evaluation interface unless the caller asks for the training one ("sample"): a client
+    # that leaves it out must never get training-time hints.
+    rollout_mode: str = "validate"
     is_open_query: bool = False
     observation_lite: dict[str, Any] | None = None
     tool_feedback_evolution: dict[str, Any] | None = None
@@ -108,8 +114,8 @@ class EpisodeParams(BaseModel):
 
     @field_validator("tool_call_parser")
     @classmethod
-    def _parser(cls, v: str) -> str:
-        return resolve_mode(v)
+    def _parser(cls, v: str | None) -> str | None:
+        return None if v is None else resolve_mode(v)
 
     @field_validator("tool_prompt_mode")
     @classmethod
@@ -125,10 +131,24 @@ class EpisodeParams(BaseModel):
 
     @field_validator("tool_result_mode")
     @classmethod
-    def _result_mode(cls, v: str) -> str:
-        if v not in TOOL_RESULT_MODES:
+    def _result_mode(cls, v: str | None) -> str | None:
+        if v is not None and v not in TOOL_RESULT_MODES:
             raise ValueError(f"tool_result_mode {v!r} is not supported; use one of {', '.join(TOOL_RESULT_MODES)}")
         return v
+
+    @model_validator(mode="after")
+    def _pair_with_prompt_mode(self) -> "EpisodeParams":
+        parser, result_mode = PROMPT_MODE_PAIRS[self.tool_prompt_mode]
+        if self.tool_call_parser is None:
+            self.tool_call_parser = resolve_mode(parser)
+        if self.tool_result_mode is None:
+            self.tool_result_mode = result_mode
+        return self
+
+    @property
+    def observation_role(self) -> str:
+        """The chat role of this episode's observations (``ipython`` or ``user``)."""
+        return observation_role(self.tool_result_mode)
 
 
 class Interface(Protocol):
@@ -221,11 +241,11 @@ class BfclEpisode:
         self.error_messages: list[str] = []
         self._check_cache: tuple[int, EpisodeCheck] | None = None
         self._version = 0
-        system = render_system_prompt(self.tools, self.interface.system_blocks())
         first = t.user_message(0)
         if first is None and 0 in t.held_out:
             first = self._reveal(0)
-        return [{"role": "system", "content": system}, {"role": "user", "content": first or ""}]
+        return render_initial_messages(self.params.tool_prompt_mode, self.tools, first or "",
+                                       self.interface.system_blocks())
 
     def step(self, content: str) -> StepOutcome:
         """Apply one assistant message; returns the next observation."""
@@ -339,7 +359,7 @@ class BfclEpisode:
             self._terminate("max_steps_per_turn")
             info["force_terminated"] = True
             return self._outcome(CONVERSATION_COMPLETED, info)
-        return self._outcome(render_tool_responses(texts, hints), info)
+        return self._outcome(render_tool_responses(texts, hints, self.params.tool_result_mode), info)
 
     def _run_calls(self, strings: list[str]) -> tuple[list[str], list[str], list[bool]]:
         """Run ``strings`` in order; returns (the calls that ran, one text per call, which failed).
@@ -406,7 +426,8 @@ class BfclEpisode:
     def _outcome(self, observation: str, info: dict[str, Any]) -> StepOutcome:
         observation = truncate(observation, self.params.max_observation_chars, "the observation",
                                "max_observation_chars")
-        info.update(turn=self.turn, steps_in_turn=self.steps_in_turn, terminated_reason=self.terminated_reason)
+        info.update(turn=self.turn, steps_in_turn=self.steps_in_turn, terminated_reason=self.terminated_reason,
+                    observation_role=self.params.observation_role)
         reward = self.evaluate(sparse=True) if self.terminated else 0.0
         return StepOutcome(observation=observation, terminated=self.terminated, info=info, reward=reward)
 
@@ -463,4 +484,5 @@ class BfclEpisode:
                 "num_turns": len(self.task.gt_turns), "steps_in_turn": self.steps_in_turn,
                 "terminated": self.terminated, "completed": self.completed,
                 "terminated_reason": self.terminated_reason, "tools": list(self.offered),
-                "events": dict(self.events)}
+                "events": dict(self.events), "tool_prompt_mode": self.params.tool_prompt_mode,
+                "observation_role": self.params.observation_role}

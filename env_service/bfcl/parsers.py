@@ -1,13 +1,17 @@
-"""Turning assistant text into tool calls: ``xml_json`` (default), ``python_list``, ``llama3_json``.
+"""Turning assistant text into tool calls, one parser per tool-call format (``tool_call_parser``).
 
-``xml_json`` is the release's strict Qwen mode: ``<tool_call>{"name": ..., "arguments": {...}}
-</tool_call>`` blocks. In strict mode any error rejects *all* calls of the message. The other
-two modes serve baselines: a Python call list ``[f(a=1), g(b='x')]`` parsed with :mod:`ast`
-(literal keyword arguments only), and raw JSON (``{"name": ..., "parameters": {...}}``, a list of
-such objects, or one object per line).
+* ``xml_json`` (default; the release's strict Qwen mode): ``<tool_call>{"name": ..., "arguments":
+  {...}}</tool_call>`` blocks.
+* ``python_list`` (the release's ``toolace_fc``): a Python call list ``[f(a=1), g(b='x')]``
+  anywhere in the message, or a bare ``f(a=1)``, parsed with :mod:`ast`: literal keyword
+  arguments only, never evaluated. JSON call objects are accepted too, as the release does.
+* ``llama3_json`` (the release's ``llama31_official_fc``): raw JSON (``{"name": ...,
+  "parameters": {...}}``, a list of such objects, one per line, or ``;``-separated); Python
+  literal spellings (``True``/``None``) are read with ``ast.literal_eval``.
 
-Every mode returns a :class:`ParseResult`; a message without any tool-call syntax is plain text
-(no calls, no error), which the episode takes as "advance to the next user turn".
+In strict mode any error rejects *all* calls of the message. Every mode returns a
+:class:`ParseResult`; a message without any tool-call syntax is plain text (no calls, no error),
+which the episode takes as "advance to the next user turn".
 """
 
 from __future__ import annotations
@@ -127,7 +131,7 @@ def _loads(raw: str) -> Any:
 
 
 def _decode_error(raw: str, err: ValueError, flag_literals: bool) -> str:
-    if isinstance(err, _JsonLimitError):
+    if not isinstance(err, json.JSONDecodeError):
         return f"Invalid tool call JSON: {err}"
     msg = f"Invalid tool call JSON: {err.msg} at character {err.pos}"
     if flag_literals and _PY_LITERAL.search(raw):
@@ -180,6 +184,8 @@ def _py_call(node: ast.expr) -> ToolCall:
             args[kw.arg] = ast.literal_eval(kw.value)
         except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
             raise ValueError(f"argument {kw.arg!r} of {name}(...) is not a literal") from None
+    if _nested_deeper_than(args, MAX_ARGUMENT_DEPTH):
+        raise ValueError(f"the arguments of {name}(...) are nested deeper than {MAX_ARGUMENT_DEPTH} levels")
     return ToolCall(name=name, arguments=args)
 
 
@@ -189,21 +195,40 @@ def _strip_fence(text: str) -> str:
     return m.group(1).strip() if m else stripped
 
 
-def parse_python_list(text: str, *, strict: bool = True) -> ParseResult:
-    """``[f(a=1), g(b='x')]`` (or a single ``f(a=1)``); literal keyword arguments only."""
-    body = _strip_fence(text)
-    looks_like_call = (body.startswith("[") and body.endswith("]")) or re.fullmatch(r"[A-Za-z_]\w*\(.*\)", body, re.DOTALL)
-    if not looks_like_call:
-        return ParseResult(content=text.strip())
+def _bracket_spans(text: str) -> list[tuple[int, int]]:
+    """Top-level ``[...]`` spans that contain a parenthesis (quotes respected): the candidate call
+    lists of a message, wherever they sit in its text."""
+    spans: list[tuple[int, int]] = []
+    depth, start, quote, escaped = 0, -1, "", False
+    for i, ch in enumerate(text):
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "[":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif ch == "]" and depth:
+            depth -= 1
+            if depth == 0 and "(" in text[start:i] and ")" in text[start:i]:
+                spans.append((start, i + 1))
+    return spans
+
+
+def _calls_of_list(snippet: str) -> tuple[list[ToolCall], list[str]]:
     try:
-        tree = ast.parse(body, mode="eval").body
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
-        if body.startswith("[") and "(" not in body:
-            return ParseResult(content=text.strip())  # a bracketed remark, not a call list
-        return ParseResult(content=text.strip(), errors=[f"Invalid Python tool-call list: {e}"])
-    nodes = tree.elts if isinstance(tree, ast.List) else [tree]
-    if isinstance(tree, ast.List) and not any(isinstance(n, ast.Call) for n in ast.walk(tree)):
-        return ParseResult(content=text.strip())  # e.g. "[1, 2]": no call anywhere, plain text
+        tree = ast.parse(snippet, mode="eval").body
+    except SyntaxError as e:
+        return [], [f"Invalid Python function-call list: {e.msg}"]
+    except (ValueError, RecursionError, MemoryError) as e:
+        return [], [f"Invalid Python function-call list: {type(e).__name__}"]
+    nodes = tree.elts if isinstance(tree, (ast.List, ast.Tuple)) else [tree]
     calls: list[ToolCall] = []
     errors: list[str] = []
     for node in nodes:
@@ -211,45 +236,117 @@ def parse_python_list(text: str, *, strict: bool = True) -> ParseResult:
             calls.append(_py_call(node))
         except ValueError as e:
             errors.append(str(e))
-    return _finish(calls, errors, "", strict)
+    return calls, errors
 
 
-def _json_objects(body: str) -> list[Any]:
-    """One JSON value, or one per non-empty line (raises json.JSONDecodeError)."""
+_JSON_LIST_START = re.compile(r"^\[\s*\{")
+_BARE_CALL = re.compile(r"^[A-Za-z_][\w.]*\s*\(.*\)$", re.DOTALL)
+_UNQUOTED_NAME = re.compile(r'("name"\s*:\s*)([A-Za-z_][\w.]*)(\s*[,}])')
+NOT_A_CALL_LIST = "expected a Python function-call list such as [tool_name(arg='value')]"
+
+
+def parse_python_list(text: str, *, strict: bool = True) -> ParseResult:
+    """The release's ``toolace_fc`` parser: ``[f(a=1), g(b='x')]`` anywhere in the message (text
+    around it is the content), or a bare ``f(a=1)``; literal keyword arguments only. JSON call
+    objects (``{"name": ..., "parameters": ...}``, or a list of them) are accepted as well."""
+    body = _strip_fence(text)
+    if body.startswith("{") or _JSON_LIST_START.match(body):
+        return _json_fallback(body, strict=strict)
+    spans = _bracket_spans(body)
+    if not spans:
+        if "<tool_call" in body or "</tool_call>" in body:
+            errors = [f"<tool_call> tags are not used in this format; {NOT_A_CALL_LIST}"] if strict else []
+            return ParseResult(content=body, errors=errors)
+        if _BARE_CALL.match(body):
+            spans = [(0, len(body))]
+        elif body.startswith("[") or body.endswith("]"):
+            return ParseResult(content=body, errors=[f"Invalid Python function-call list: {NOT_A_CALL_LIST}"])
+        else:
+            return ParseResult(content=text.strip())
+    calls: list[ToolCall] = []
+    errors: list[str] = []
+    for start, end in spans:
+        found, problems = _calls_of_list(body[start:end])
+        calls += found
+        errors += problems
+    content = body
+    for start, end in reversed(spans):
+        content = content[:start] + content[end:]
+    return _finish(calls, errors, re.sub(r"\n\s*\n", "\n\n", content).strip(), strict)
+
+
+def _json_fallback(body: str, *, strict: bool) -> ParseResult:
     try:
-        value = _loads(body)
-        return value if isinstance(value, list) else [value]
-    except json.JSONDecodeError:
-        lines = [ln.strip().rstrip(";") for ln in body.splitlines() if ln.strip()]
-        if len(lines) < 2:
-            raise
-        return [_loads(ln) for ln in lines]
+        objs = _json_or_literal_objects(body)
+    except ValueError:
+        try:  # {"name": ls, ...}: a bare function name where a JSON string belongs
+            objs = _json_or_literal_objects(_UNQUOTED_NAME.sub(r'\1"\2"\3', body))
+        except ValueError as e:
+            return ParseResult(content=body, errors=[f"Invalid tool call JSON: {e}"])
+    return _calls_from_objects(objs, strict=strict)
 
 
-def parse_llama3_json(text: str, *, strict: bool = True, flag_python_literals_in_tool_json: bool = False
-                      ) -> ParseResult:
-    """Raw JSON tool calls with ``name`` and ``parameters`` (``arguments`` also accepted)."""
-    body = _strip_fence(text).removeprefix("<|python_tag|>").strip()
-    if not body.startswith(("{", "[")):
-        if strict and ("<tool_call" in text or "</tool_call>" in text):
-            return ParseResult(content=text.strip(),
-                               errors=["<tool_call> tags are not used in this format; reply with a bare JSON "
-                                       "object {\"name\": ..., \"parameters\": {...}}"])
-        return ParseResult(content=text.strip())
+def _json_or_literal_objects(body: str) -> list[Any]:
+    """One JSON (or Python-literal) value, one per line, or ``;``-separated; a list is its items."""
+    for parts in (None, body.splitlines(), body.split(";")):
+        pieces = [body] if parts is None else [p.strip().rstrip(",;") for p in parts if p.strip()]
+        if parts is not None and len(pieces) < 2:
+            continue
+        try:
+            values = [_json_or_literal(p) for p in pieces]
+        except ValueError:
+            continue
+        return values[0] if parts is None and isinstance(values[0], list) else values
+    raise ValueError("expected a JSON function call such as {\"name\": ..., \"parameters\": {...}}")
+
+
+def _json_or_literal(raw: str) -> Any:
+    """``json.loads``, then ``ast.literal_eval`` (Python's True/None spellings); never ``eval``."""
     try:
-        objs = _json_objects(body)
-    except ValueError as e:
-        return ParseResult(content=text.strip(), errors=[_decode_error(body, e, flag_python_literals_in_tool_json)])
+        return _loads(raw)
+    except ValueError:
+        try:
+            return ast.literal_eval(raw)
+        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+            raise ValueError("not a JSON or Python literal") from None
+
+
+def _calls_from_objects(objs: list[Any], *, strict: bool) -> ParseResult:
     calls: list[ToolCall] = []
     errors: list[str] = []
     for obj in objs:
         if not isinstance(obj, dict):
+            errors.append(f"each function call must be a JSON object, got {type(obj).__name__}")
             continue
+        if "name" not in obj and isinstance(obj.get("function"), str):
+            obj = {**obj, "name": obj["function"]}
         try:
             calls.append(_call_from_obj(obj, strict=strict, accept_parameters=True, names_parameters=True))
         except ValueError as e:
             errors.append(str(e))
     return _finish(calls, errors, "", strict)
+
+
+def parse_llama3_json(text: str, *, strict: bool = True, flag_python_literals_in_tool_json: bool = False
+                      ) -> ParseResult:
+    """The release's ``llama31_official_fc`` parser: raw JSON calls with ``name`` and ``parameters``
+    (``arguments`` also accepted): one object, a list, one per line, or ``;``-separated."""
+    body = _strip_fence(text).replace("<|python_tag|>", "").strip()
+    if "<tool_call" in body or "</tool_call>" in body:
+        errors = ["<tool_call> tags are not used in this format; reply with a bare JSON object "
+                  "{\"name\": ..., \"parameters\": {...}}"] if strict else []
+        return ParseResult(content=text.strip(), errors=errors)
+    if not body.startswith(("{", "[")):
+        return ParseResult(content=text.strip())
+    try:
+        objs = _json_or_literal_objects(body)
+    except ValueError as e:
+        try:
+            _loads(body)
+        except ValueError as json_err:  # the JSON decoder's reason names the character at fault
+            e = json_err
+        return ParseResult(content=text.strip(), errors=[_decode_error(body, e, flag_python_literals_in_tool_json)])
+    return _calls_from_objects(objs, strict=strict)
 
 
 def parse_tool_calls(text: str, mode: str = "xml_json", *, strict: bool = True,

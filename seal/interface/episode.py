@@ -75,7 +75,7 @@ class EpisodeInterface:
     """The training-time interface of one episode (see the module docstring for the gates)."""
 
     category: str
-    rollout_mode: str = "sample"
+    rollout_mode: str = "validate"  # the evaluation interface unless the caller asks for "sample"
     observation_lite: ObservationLiteParams = field(default_factory=ObservationLiteParams)
     tool_feedback: ToolFeedbackParams = field(default_factory=ToolFeedbackParams)
     diagnostic: DiagnosticEvolutionParams = field(default_factory=DiagnosticEvolutionParams)
@@ -101,7 +101,7 @@ class EpisodeInterface:
         params = params or {}
         return cls(
             category=category,
-            rollout_mode=str(params.get("rollout_mode") or "sample"),
+            rollout_mode=str(params.get("rollout_mode") or "validate"),
             observation_lite=_block(ObservationLiteParams, params, "observation_lite"),
             tool_feedback=_block(ToolFeedbackParams, params, "tool_feedback_evolution"),
             diagnostic=_block(DiagnosticEvolutionParams, params, "diagnostic_evolution"),

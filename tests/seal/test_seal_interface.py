@@ -225,7 +225,7 @@ def test_diagnostic_block_with_trainer_selection_keys() -> None:
              "reward_threshold": 0.5, "min_tag_count": 4, "max_lines": 2, "category_tags": True, "lines": ["x"]}
     cfg = GuidelineConfig.from_diagnostic_evolution(block)
     assert (cfg.prevalence_threshold, cfg.min_tag_count, cfg.max_lines, cfg.per_category) == (0.2, 4, 2, True)
-    ei = EpisodeInterface.from_params({"diagnostic_evolution": block}, category="c")
+    ei = EpisodeInterface.from_params({"diagnostic_evolution": block, "rollout_mode": "sample"}, category="c")
     assert ei.diagnostic.lines == ["x"] and ei.active["diagnostic_evolution"]
     with pytest.raises(ValueError, match="min_tag_count"):
         EpisodeInterface.from_params({"diagnostic_evolution": {**block, "min_tag_count": -1}}, category="c")

@@ -192,7 +192,7 @@ def test_params_validation():
     with pytest.raises(ValidationError, match="tool_call_parser"):
         EpisodeParams(tool_call_parser="yaml")
     with pytest.raises(ValidationError, match="tool_prompt_mode"):
-        EpisodeParams(tool_prompt_mode="llama31_official_fc")
+        EpisodeParams(tool_prompt_mode="llama4_fc")
     with pytest.raises(ValidationError):
         EpisodeParams(max_steps_per_turn=0)
 

@@ -91,7 +91,7 @@ def test_python_list_mode():
     ("[ls(a=__import__('os'))]", "is not a literal"),
     ("[os.system(a=1)]", "must be a call like"),
     ("[ls(a=1), 3]", "must be a call like"),
-    ("[ls(a=1]", "Invalid Python tool-call list"),
+    ("[ls(a=1]", "Invalid Python function-call list"),
 ])
 def test_python_list_errors(text, fragment):
     r = parse_tool_calls(text, "python_list")
