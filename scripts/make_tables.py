@@ -7,13 +7,17 @@ reported with its std), and optionally ``diagnostic_stats/epoch_<e>.json`` and `
 Row names that match the paper's rows are compared with them: ``backbone``, ``vanilla_rl``,
 ``seal`` (Table 1) and ``wo_env_adaptation``, ``wo_apatch``, ``wo_closed_loop`` (Table 3).
 
+Each ``--ood NAME=DIR`` is a Table 2 folder written by ``scripts/ood_eval.py`` (BFCL V4 and
+τ²-bench score files; rows ``backbone``, ``vanilla_rl``, ``seal``); then ``table2.md/.csv`` too.
+
 Writes to ``--out``: ``table1.md/.csv``, ``table3.md/.csv``, ``runs.md`` (every run),
 ``pass_rate_over_steps.png``, ``tag_fractions.png``, ``apatch_weights.png``, ``reward_curve.png``
 (each plot only when some run has its data).
 
     python scripts/make_tables.py --backbone qwen2.5-7b-instruct --out reports/qwen7b \
         --run backbone=experiments/eval_qwen7b --run vanilla_rl=experiments/vanilla_rl \
-        --run seal=experiments/SEAL --run wo_apatch=experiments/wo_apatch
+        --run seal=experiments/SEAL --run wo_apatch=experiments/wo_apatch \
+        --ood backbone=reports/ood/qwen7b --ood seal=reports/ood/SEAL
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from seal.eval import ood  # noqa: E402
 from seal.eval import paper_numbers as paper  # noqa: E402
 from seal.eval.logs import read_log_dir  # noqa: E402
 from seal.eval.stats import (  # noqa: E402
@@ -377,6 +382,30 @@ def tag_series(runs: dict[str, Run]) -> dict[str, dict[int, dict[str, float]]]:
     return out
 
 
+# --------------------------------------------------------------------------- Table 2
+
+
+def parse_ood(specs: list[str]) -> dict[str, Path]:
+    folders: dict[str, Path] = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path or name in folders:
+            raise ValueError(f"--ood {spec!r}: expected NAME=DIR once per name, e.g. --ood seal=reports/ood/SEAL")
+        folders[name] = Path(path)
+    return folders
+
+
+def write_table2(folders: dict[str, Path], out: Path, backbone: str) -> list[str]:
+    """``table2.md/.csv`` from the OOD folders, next to the paper's Table 2 for ``backbone``."""
+    cells = ood.table2_cells(folders, paper.TABLE2.get(backbone, {}), paper.ROW_LABELS)
+    note = (f"Ours: BFCL V4 (bfcl-eval's own scorer) and τ²-bench pass^1 (its own runner), percent; paper: "
+            f"SEAL Table 2 ({backbone}{'' if backbone in paper.TABLE2 else ': not reported'}); Δ = ours − paper. "
+            "V4 Avg and τ² Avg only when all their columns were measured.")
+    (out / "table2.md").write_text(ood.table2_markdown(cells, note))
+    ood.write_table2_csv(out / "table2.csv", cells)
+    return ["table2.md", "table2.csv"]
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -402,6 +431,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="tasks to count (the records' split field); the paper reports 400 tasks")
     ap.add_argument("--step", default="last", help="last, best (highest Avg) or a step number")
     ap.add_argument("--reward-key", default="train/reward_mean", help="metrics.jsonl key of the reward curve")
+    ap.add_argument("--ood", action="append", default=[],
+                    help="NAME=DIR: a Table 2 folder from scripts/ood_eval.py (repeatable)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
@@ -437,6 +468,8 @@ def main(argv: list[str] | None = None) -> int:
     if rewards:
         plot_rewards(rewards, args.out / "reward_curve.png", args.reward_key)
         written.append("reward_curve.png")
+    if args.ood:
+        written += write_table2(parse_ood(args.ood), args.out, args.backbone)
     print((args.out / "table1.md").read_text())
     print((args.out / "runs.md").read_text())
     print("wrote: " + ", ".join(str(args.out / w) for w in written))
