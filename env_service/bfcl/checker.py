@@ -36,6 +36,10 @@ FORCE_TERMINATED = "multi_turn:force_terminated"
 EMPTY_TURN = "multi_turn:empty_turn_model_response"
 CHECKER_ERROR = "multi_turn:checker_error"  # not a BFCL type: a checker function itself raised
 _GT_ERROR_KINDS = frozenset({"parse", "blocked", "unknown"})
+# Calls the executor refuses before any backend method runs. BFCL's runner returns a step's
+# instances only when the step executed; a turn whose every call was refused has none to compare
+# (``instance_mismatch``). A method that raised or ran out of time did execute.
+_NOT_EXECUTED_KINDS = frozenset({"parse", "blocked", "unknown", "limit"})
 _MAX_DETAIL_CHARS = 500
 
 
@@ -163,8 +167,11 @@ def check_episode(model_turns: list[list[list[str]]], gt_turns: list[list[str]],
     turns: list[TurnDiagnosis] = []
     for k, gt_calls in enumerate(gt_turns):
         steps = model_turns[k] if k < len(model_turns) else []
+        model_executed = False
         for step in steps:
-            all_model_results.extend(model_ex.execute(step))
+            step_run = model_ex.run(step)
+            all_model_results.extend(r.text for r in step_run)
+            model_executed |= any(r.error not in _NOT_EXECUTED_KINDS for r in step_run)
         gt_run = gt_ex.run(gt_calls)
         gt_results = [r.text for r in gt_run]
         gt_error = any(r.error in _GT_ERROR_KINDS for r in gt_run)
@@ -188,6 +195,7 @@ def check_episode(model_turns: list[list[list[str]]], gt_turns: list[list[str]],
         tag = tag_turn(
             gt_error=gt_error, gt_empty=not gt_calls, model_called=model_called, model_empty=model_empty,
             instances_match=bool(gt_ex.instances) and set(model_ex.instances) == set(gt_ex.instances),
+            model_executed=model_executed,
             state_valid=None if outcome.state is None else outcome.state["valid"],
             response_valid=None if outcome.response is None else outcome.response["valid"],
         )

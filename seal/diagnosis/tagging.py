@@ -10,7 +10,10 @@ Priority (the first matching rule wins), as in the release's per-turn scorer:
 2. ground truth empty: ``spurious_tool_call`` if the model made any call, else
    ``correct_abstention``.
 3. ``empty_turn_model_response``: the ground truth has calls, the model's turn has none.
-4. ``instance_mismatch``: the model's and the ground truth's backend instances differ as sets.
+4. ``instance_mismatch``: none of the model's calls of the turn executed on a backend, so the
+   turn has no model instances to compare (the release's rule: the model's instances are those of
+   the turn's last step that executed, ``{}`` when none did, and the tag fires when their set
+   differs from the ground truth's); or the two instance sets differ.
 5. ``checker_error``: the state checker raised.
 6. ``state_mismatch``: public backend state differs from the ground truth's.
 7. ``checker_error``: the response checker raised.
@@ -32,6 +35,7 @@ def tag_turn(
     instances_match: bool,
     state_valid: bool | None,
     response_valid: bool | None,
+    model_executed: bool = True,
 ) -> FailureTag:
     """Return the failure tag of one ground-truth turn.
 
@@ -46,6 +50,9 @@ def tag_turn(
             truth's.
         state_valid: result of BFCL's state check; ``None`` when the checker itself raised.
         response_valid: result of BFCL's cumulative response check; ``None`` when it raised.
+        model_executed: at least one of the model's calls of this turn reached a backend method
+            (a call the executor refused before running it -- unknown name, blocked name,
+            unparsable call string, argument over a limit -- did not).
     """
     if gt_error:
         return FailureTag.GT_ERROR
@@ -53,7 +60,7 @@ def tag_turn(
         return FailureTag.SPURIOUS_TOOL_CALL if model_called else FailureTag.CORRECT_ABSTENTION
     if model_empty:
         return FailureTag.EMPTY_TURN_MODEL_RESPONSE
-    if not instances_match:
+    if not model_executed or not instances_match:
         return FailureTag.INSTANCE_MISMATCH
     if state_valid is None:
         return FailureTag.CHECKER_ERROR
