@@ -75,6 +75,10 @@ class Run:
 
 
 def log_dirs(run_dir: Path) -> list[Path]:
+    if run_dir.is_file():
+        raise NotADirectoryError(f"{run_dir} is a file; pass the experiment folder (the one holding validation_log/)")
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir}: no such folder; pass an experiment folder (experiments/<name>)")
     direct = run_dir / "validation_log"
     if direct.is_dir():
         return [direct]
@@ -99,6 +103,9 @@ def load_run(name: str, run_dir: Path, split: str) -> Run:
         values: dict[str, list[float]] = {c: [] for c in COLS}
         for rep in per_rep:
             counts = pass_counts(_split_records(rep[step], split))
+            if counts[OVERALL].errored:
+                log.warning("run %s, step %d: %d errored episodes (LLM or environment failure) left out of "
+                            "the pass rates", name, step, counts[OVERALL].errored)
             if counts[OVERALL].n == 0:
                 continue
             values["avg"].append(100 * category_mean(counts))
@@ -437,9 +444,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     try:
-        runs = {name: load_run(name, path, args.split) for name, path in parse_runs(args.run).items()}
-    except (FileNotFoundError, ValueError) as exc:
-        raise SystemExit(f"make_tables: {exc}") from None
+        return run(args)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"make_tables: {exc}", file=sys.stderr)
+        return 1
+
+
+def run(args: argparse.Namespace) -> int:
+    """Read the runs, write the tables and figures under ``args.out``."""
+    runs = {name: load_run(name, path, args.split) for name, path in parse_runs(args.run).items()}
     args.out.mkdir(parents=True, exist_ok=True)
     note = (f"Ours: pass rate (%) on split `{args.split}` at step `{args.step}`; paper: SEAL Table "
             "{t} ({b}, 400 held-in tasks); Δ = ours − paper. Gain = Avg − backbone Avg.")

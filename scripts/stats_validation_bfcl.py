@@ -4,7 +4,9 @@
 Reads every ``<step>.jsonl`` in ``--val-dir``: this project's logs and the SEAL release's format
 (``input``/``output``/``score``/``step``/``reward``/``task_id``/``data_source``). Prints, per
 step, each category's ``pass_rate (n_pass/n)`` (a task passes when its score is >= 1) and the
-overall, then the failure-tag distribution per step when the logs carry tags.
+overall, then the failure-tag distribution per step when the logs carry tags. Episodes whose LLM
+or environment failed (``seal.eval.logs.is_errored``) are not scored: they are left out of
+``n`` and counted apart (``+k errored`` in a cell, and a line per step).
 
 ``--split val|test|all`` selects tasks by the eval parquet's ``extra_info.split`` (the eval
 parquet mixes 25 val + 75 test tasks per category; report them apart). Records that carry
@@ -106,10 +108,10 @@ def format_tags(tags: dict[int, dict[str, int]]) -> str:
 def write_csv(path: Path, table: dict[int, dict[str, PassCount]], split: str) -> None:
     with path.open("w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["step", "split", "category", "n_pass", "n", "pass_rate"])
+        w.writerow(["step", "split", "category", "n_pass", "n", "pass_rate", "errored"])
         for step, counts in table.items():
             for cat, pc in counts.items():
-                w.writerow([step, split, cat, pc.n_pass, pc.n, f"{pc.rate:.6f}" if pc.n else ""])
+                w.writerow([step, split, cat, pc.n_pass, pc.n, f"{pc.rate:.6f}" if pc.n else "", pc.errored])
 
 
 def write_png(path: Path, table: dict[int, dict[str, PassCount]], title: str) -> None:
@@ -164,16 +166,37 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
+    try:
+        return run(args)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"stats_validation_bfcl: {exc}", file=sys.stderr)
+        return 1
+
+
+def format_errored(table: dict[int, dict[str, PassCount]]) -> str:
+    """One line per step with errored episodes (not scored: the LLM or environment failed)."""
+    return "\n".join(f"step {step}: {counts[OVERALL].errored} errored episodes (LLM or environment failure), "
+                     "left out of the pass rates" for step, counts in table.items() if counts[OVERALL].errored)
+
+
+def run(args: argparse.Namespace) -> int:
+    for flag, path in (("--parquet", args.parquet), *(("--bfcl-jsonl", p) for p in args.bfcl_jsonl)):
+        if path is not None and not path.is_file():
+            raise FileNotFoundError(f"{flag} {path}: no such file")
     parquet = args.parquet or (DEFAULT_PARQUET if DEFAULT_PARQUET.exists() else None)
     identifier = build_identifier(parquet, args.bfcl_jsonl)
     steps = load_steps(args.val_dir, identifier, args.split)
     if not steps:
-        print(f"no <step>.jsonl files in {args.val_dir}", file=sys.stderr)
+        print(f"stats_validation_bfcl: no <step>.jsonl files in {args.val_dir}", file=sys.stderr)
         return 1
     table = compute(steps)
     tags = {s: dict(tag_distribution(recs)) for s, recs in steps.items()}
     print(f"split: {args.split}")
     print(format_text(table))
+    errored = format_errored(table)
+    if errored:
+        print("\nnot scored:")
+        print(errored)
     tag_text = format_tags(tags)
     if tag_text:
         print("\nfailure tags per step:")

@@ -66,6 +66,9 @@ def add_eval_arguments(ap: argparse.ArgumentParser) -> None:
     run.add_argument("--max-message-chars", type=int, help="truncate each logged message to N chars")
     run.add_argument("--export-bfcl", type=Path, help="also write BFCL FC result files under this dir")
     run.add_argument("--no-progress", action="store_true")
+    run.add_argument("--max-errored-frac", type=float, default=0.0,
+                     help="exit with code 3 when more than this fraction of a repeat's tasks could not be run "
+                          "(LLM or environment failure after retries; never scored; default %(default)s: any)")
 
 
 def build_policy(args: argparse.Namespace) -> Any:
@@ -76,11 +79,13 @@ def build_policy(args: argparse.Namespace) -> Any:
     if args.model:
         if not Path(args.model).is_dir():
             raise SystemExit(f"seal eval: --model {args.model} is not a directory (a HF checkpoint)")
+        check_reachable(args)
         return HFChatPolicy(args.model, device=args.device, dtype=args.dtype, max_batch_size=args.batch_size,
                             max_batch_tokens=args.batch_tokens,
                             prefix_cache_tokens=args.prefix_cache_tokens)
     if not args.served_model:
         raise SystemExit("seal eval: --endpoint needs --served-model NAME")
+    check_reachable(args)
     return OpenAIChatPolicy(args.endpoint, args.served_model, api_key=os.environ.get(args.api_key_env),
                             max_concurrency=args.concurrency, max_retries=args.max_retries,
                             timeout_s=args.timeout)
@@ -133,12 +138,47 @@ def format_summary(summary: Any) -> str:
     for rep in summary.repeats:
         cells = [f"{c}: {v['n_pass']}/{v['n']}" for c, v in rep.counts.items()]
         lines.append(f"repeat {rep.repeat} (seed {rep.seed}): " + ", ".join(cells)
-                     + (f"  [{rep.errors} runner errors]" if rep.errors else ""))
+                     + (f"  [{rep.errors} errored: not run to the end (LLM or environment failure), "
+                        "left out of the pass rates]" if rep.errors else ""))
     keys = order_categories(k for k in summary.mean_std if k not in ("overall", "category_mean"))
     for k in [*keys, "overall", "category_mean"]:
         m, s = summary.mean_std.get(k, (float("nan"), float("nan")))
         lines.append(f"  {k:28s} {100 * m:6.2f} +- {100 * s:5.2f}")
     return "\n".join(lines)
+
+
+def check_reachable(args: argparse.Namespace) -> None:
+    """Fail at once, in one line, when the endpoint or the environment service does not answer
+    (rather than record every task as errored after its retries)."""
+    import httpx
+
+    if args.endpoint:
+        try:
+            httpx.get(args.endpoint.rstrip("/") + "/models", timeout=10.0)
+        except httpx.HTTPError as exc:
+            raise SystemExit(f"seal eval: --endpoint {args.endpoint}: nothing answers there ({type(exc).__name__}: "
+                             f"{exc}); start the server or fix the URL") from None
+    if args.env_url:
+        from env_service.client import EnvClient
+
+        client = EnvClient(args.env_url, timeout_s=10.0, retries=0)
+        try:
+            if not client.healthz():
+                raise SystemExit(f"seal eval: --env-url {args.env_url}: the environment service does not answer "
+                                 "/healthz; start it (python -m env_service --port <port>) or drop --env-url")
+        finally:
+            client.close()
+
+
+def errored_exit_code(summary: Any, max_frac: float) -> int:
+    """3 when a repeat has more errored tasks than ``max_frac`` of its tasks, else 0."""
+    worst = max((rep.errors / max(len(summary.task_ids), 1) for rep in summary.repeats), default=0.0)
+    if worst > max_frac:
+        print(f"seal eval: {100 * worst:.1f}% of the tasks could not be run (LLM or environment failure; "
+              f"--max-errored-frac {max_frac}); the pass rates above leave them out; run the same command "
+              "again to redo them", file=sys.stderr)
+        return 3
+    return 0
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -156,7 +196,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             files = export_log(repeat_dir(Path(out), rep.repeat, settings.repeats) / "validation_log"
                                / f"{settings.step}.jsonl", root)
             print(f"BFCL result files: {', '.join(str(p) for p in files.values())}")
-    return 0
+    return errored_exit_code(summary, args.max_errored_frac)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -190,6 +230,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="seal", description="SEAL command line")
     ap.add_argument("--log-level", default="INFO")
+    ap.add_argument("--debug", action="store_true", help="show the full traceback of any error (also SEAL_DEBUG=1)")
     sub = ap.add_subparsers(dest="command", required=True)
     ev = sub.add_parser("eval", help="evaluate a checkpoint or an endpoint on a BFCL split")
     add_eval_arguments(ev)
@@ -210,7 +251,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return args.func(args)
+    debug = args.debug or os.environ.get("SEAL_DEBUG", "").lower() in ("1", "true", "yes")
+    try:
+        return args.func(args)
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        # Expected failures (a missing or unreadable file, a bad value, a service that went away)
+        # are one line; --debug shows where they came from.
+        if debug:
+            raise
+        text = str(exc).strip().splitlines()
+        print(f"seal {args.command}: {type(exc).__name__}: {text[0] if text else ''}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -173,6 +173,9 @@ def step_of_file(path: str | Path) -> int | None:
 def read_log_dir(log_dir: str | Path) -> dict[int, list[dict[str, Any]]]:
     """``{step: records}`` for every ``<step>.jsonl`` in ``log_dir``, steps ascending."""
     log_dir = Path(log_dir)
+    if log_dir.is_file():
+        raise NotADirectoryError(f"{log_dir} is a file, not a folder; pass the folder that holds the "
+                                 f"<step>.jsonl files (here: {log_dir.parent})")
     if not log_dir.is_dir():
         raise FileNotFoundError(
             f"validation log dir {log_dir} does not exist; pass the run's validation_log directory"
@@ -196,6 +199,18 @@ def record_score(record: dict[str, Any]) -> float:
 
 def is_pass(record: dict[str, Any]) -> bool:
     return record_score(record) >= PASS_THRESHOLD
+
+
+def is_errored(record: dict[str, Any]) -> bool:
+    """Whether the episode could not be run: its LLM or environment failed after the retries.
+
+    The one definition every reader uses (pass rates, ``seal eval``, the statistics script),
+    the trainers' fault exclusion written down: the episode runner marks ``env_fault`` /
+    ``llm_fault``, and every log writer sets ``error`` only for such an episode (``seal eval``
+    also for any other failure to run it). An errored episode says nothing about the model, so
+    it is left out of the pass rates and counted apart; the release's lines have neither key.
+    """
+    return bool(record.get("error") or record.get("env_fault") or record.get("llm_fault"))
 
 
 def finished_keys(path: str | Path) -> set[tuple[str, int]]:

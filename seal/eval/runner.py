@@ -18,10 +18,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from env_service.client import EnvError
 from seal.eval.logs import ValidationLogWriter, ValidationRecord, finished_keys, read_log_file
 from seal.eval.policies import (
     ChatPolicy,
     ContextOverflowError,
+    PolicyError,
     SamplingSettings,
     complete_with_usage,
 )
@@ -151,7 +153,14 @@ def run_episode(
         verdict = _interpret_evaluation(client.evaluate(instance_id, sparse=False))
         for key, value in verdict.items():
             setattr(record, key, value)
-    except Exception as exc:  # one broken episode must not end the run; it is logged and redone
+    except (PolicyError, EnvError, OSError) as exc:
+        # The LLM or the environment failed after its retries: the episode is errored (not
+        # scored), reported in one line; the same command redoes it.
+        logger.warning("episode %s (repeat %d) errored: %s: %s", task_id, repeat, type(exc).__name__,
+                       str(exc).splitlines()[0] if str(exc) else "")
+        record.error = f"{type(exc).__name__}: {exc}"
+        record.terminated_reason = record.terminated_reason or "error"
+    except Exception as exc:  # a bug must not end the run either; its traceback is logged
         logger.exception("episode %s (repeat %d) failed", task_id, repeat)
         record.error = f"{type(exc).__name__}: {exc}"
         record.terminated_reason = record.terminated_reason or "error"
@@ -405,13 +414,13 @@ def _run_repeat(
     records = [r for r in dedupe_latest(read_log_file(log_path))
                if r.get("task_id") in wanted and int(r.get("repeat", 0)) == repeat]
     counts = pass_counts(records)
-    errors = sum(1 for r in records if r.get("error"))
+    errors = counts[OVERALL].errored
     if errors:
-        logger.warning("repeat %d: %d episodes ended in a runner error (counted as failures; "
-                       "rerun with resume to redo them)", repeat, errors)
+        logger.warning("repeat %d: %d episodes could not be run (LLM or environment failure); they are left "
+                       "out of the pass rates; run the same command again to redo them", repeat, errors)
     return RepeatResult(
         repeat=repeat, seed=seed, log_path=str(log_path),
-        counts={c: {"n_pass": pc.n_pass, "n": pc.n} for c, pc in counts.items()},
+        counts={c: {"n_pass": pc.n_pass, "n": pc.n, "errored": pc.errored} for c, pc in counts.items()},
         category_mean=category_mean(counts), errors=errors,
     )
 

@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-from seal.eval.logs import is_pass
+from seal.eval.logs import is_errored, is_pass
 
 # The paper's column order; unknown categories are appended alphabetically.
 CATEGORY_ORDER: tuple[str, ...] = (
@@ -27,8 +27,12 @@ OVERALL = "overall"
 
 @dataclass(frozen=True)
 class PassCount:
+    """Passes among the ``n`` scored episodes; ``errored`` episodes (see
+    :func:`~seal.eval.logs.is_errored`) could not be run and are not part of ``n``."""
+
     n_pass: int
     n: int
+    errored: int = 0
 
     @property
     def rate(self) -> float:
@@ -37,8 +41,9 @@ class PassCount:
     def cell(self) -> str:
         """The release's cell format: ``pass_rate (n_pass/n)`` with the rate in percent."""
         if not self.n:
-            return "-"
-        return f"{100 * self.rate:.2f} ({self.n_pass}/{self.n})"
+            return f"- ({self.errored} errored)" if self.errored else "-"
+        text = f"{100 * self.rate:.2f} ({self.n_pass}/{self.n})"
+        return f"{text} +{self.errored} errored" if self.errored else text
 
 
 def category_of(record: Mapping[str, Any]) -> str:
@@ -83,15 +88,20 @@ def filter_split(
 
 
 def pass_counts(records: Iterable[dict[str, Any]]) -> dict[str, PassCount]:
-    """``{category: PassCount}`` plus ``overall`` (pooled over all records)."""
+    """``{category: PassCount}`` plus ``overall`` (pooled over all records); errored episodes
+    are counted apart, outside the rates."""
     npass: Counter[str] = Counter()
     total: Counter[str] = Counter()
+    errored: Counter[str] = Counter()
     for r in records:
         cat = category_of(r)
+        if is_errored(r):
+            errored[cat] += 1
+            continue
         total[cat] += 1
         npass[cat] += int(is_pass(r))
-    out = {c: PassCount(npass[c], total[c]) for c in order_categories(total)}
-    out[OVERALL] = PassCount(sum(npass.values()), sum(total.values()))
+    out = {c: PassCount(npass[c], total[c], errored[c]) for c in order_categories(set(total) | set(errored))}
+    out[OVERALL] = PassCount(sum(npass.values()), sum(total.values()), sum(errored.values()))
     return out
 
 

@@ -143,9 +143,10 @@ def test_run_eval_writes_logs_summary_and_resumes(tmp_path):
     assert all(p["rollout_mode"] == "validate" for p in env.params_seen)  # validation interface forced
     rep = summary.repeats[0]
     assert rep.errors == 1
-    assert rep.counts["multi_turn_base"] == {"n_pass": 2, "n": 3}
-    assert rep.counts["multi_turn_miss_func"] == {"n_pass": 2, "n": 3}
-    assert rep.counts["overall"] == {"n_pass": 4, "n": 6}
+    # The task that could not be created is errored: outside the pass rate, counted apart.
+    assert rep.counts["multi_turn_base"] == {"n_pass": 2, "n": 2, "errored": 1}
+    assert rep.counts["multi_turn_miss_func"] == {"n_pass": 2, "n": 3, "errored": 0}
+    assert rep.counts["overall"] == {"n_pass": 4, "n": 5, "errored": 1}
     saved = json.loads((tmp_path / "eval_summary.json").read_text())
     assert saved["repeats"][0]["counts"]["overall"]["n_pass"] == 4
 
@@ -154,7 +155,7 @@ def test_run_eval_writes_logs_summary_and_resumes(tmp_path):
     policy2 = ScriptedPolicy(wrong={"multi_turn_miss_func_1"})
     summary2 = run_eval(settings, policy2, lambda: env, tmp_path)
     assert policy2.calls == 4  # one task x 2 turns x (call + text)
-    assert summary2.repeats[0].counts["overall"] == {"n_pass": 5, "n": 6} and summary2.repeats[0].errors == 0
+    assert summary2.repeats[0].counts["overall"] == {"n_pass": 5, "n": 6, "errored": 0} and summary2.repeats[0].errors == 0
     assert len(read_log_file(log)) == 7
 
 

@@ -70,13 +70,13 @@ def test_oracle_stub_scores_8_of_8_and_stats_read_the_logs(tmp_path, stub_url, c
     assert all(set(r["tags"]) <= {"pass", "correct_abstention"} for r in recs)
     assert {r["split"] for r in recs} == {"val"}
     summary = json.loads((out / "eval_summary.json").read_text())
-    assert summary["repeats"][0]["counts"]["overall"] == {"n_pass": 8, "n": 8}
+    assert summary["repeats"][0]["counts"]["overall"] == {"n_pass": 8, "n": 8, "errored": 0}
     assert "overall" in capsys.readouterr().out
 
     stats = _load("stats_validation_bfcl", ROOT / "scripts" / "stats_validation_bfcl.py")
     assert stats.main(["--val-dir", str(out / "validation_log"), "--split", "val", "--csv", str(tmp_path / "s.csv")]) == 0
     rows = (tmp_path / "s.csv").read_text().splitlines()
-    assert "0,val,overall,8,8,1.000000" in rows and "0,val,multi_turn_miss_func,2,2,1.000000" in rows
+    assert "0,val,overall,8,8,1.000000,0" in rows and "0,val,multi_turn_miss_func,2,2,1.000000,0" in rows
 
     files = sorted((tmp_path / "bfcl" / "result").rglob("*_result.json"))
     assert len(files) == 4

@@ -52,13 +52,17 @@ def write_validation_log(log_dir: Path, step: int, episodes: Sequence[Episode], 
 
 
 def validation_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
-    """``val/pass_rate`` overall and per category (faulted episodes count as failures and are
-    reported in ``val/faults``)."""
+    """``val/pass_rate`` overall and per category over the scored episodes; an episode whose LLM
+    or environment failed (``seal.eval.logs.is_errored``) is not a model failure: it is left out
+    of the rates and counted in ``val/faults``."""
+    from seal.eval.logs import is_errored
+
+    scored = [e for e in episodes if not is_errored({"env_fault": e.env_fault, "llm_fault": e.llm_fault})]
     by_cat: dict[str, list[bool]] = defaultdict(list)
-    for ep in episodes:
+    for ep in scored:
         by_cat[ep.category].append(bool(ep.success))
     out = {f"val/{cat}/pass_rate": sum(v) / len(v) for cat, v in sorted(by_cat.items())}
-    out["val/pass_rate"] = sum(bool(e.success) for e in episodes) / max(len(episodes), 1)
-    out["val/faults"] = float(sum(e.env_fault or e.llm_fault for e in episodes))
+    out["val/pass_rate"] = sum(bool(e.success) for e in scored) / len(scored) if scored else float("nan")
+    out["val/faults"] = float(len(episodes) - len(scored))
     out["val/num_llm_calls_mean"] = sum(e.num_llm_calls for e in episodes) / max(len(episodes), 1)
     return out
