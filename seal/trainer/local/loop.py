@@ -23,6 +23,7 @@ from seal.rewards import RewardConfig
 from seal.rollout.precision import AUTOCAST_DTYPES, log_choice, resolve_autocast
 from seal.types import category_of
 from seal.trainer import RunStopped
+from seal.trainer.best_checkpoint import BestCheckpointKeeper, BestCheckpointSettings
 from seal.trainer.hooks import SealHooks
 from seal.trainer.local import checkpoint as ckpt
 from seal.trainer.local.data import TaskSampler, select_task_ids
@@ -113,6 +114,9 @@ class LocalTrainer:
         self.total_steps = self._total_steps()
         self.global_step = 0
         self.last_metrics: dict[str, float] = {}
+        # The release's best-validation-step keeping (trainer.save_best_checkpoint).
+        self.best = BestCheckpointKeeper(self.checkpoint_root, BestCheckpointSettings.from_trainer_cfg(cfg.trainer))
+        self._saved_step: int | None = None
 
     # ------------------------------------------------------------------ setup helpers
 
@@ -259,9 +263,21 @@ class LocalTrainer:
         return {"global_step": self.global_step, "data": self.sampler.state_dict()}
 
     def save(self) -> None:
+        """Checkpoint this step (once per step); with keep-only-best, drop the folders that are
+        neither the best step's nor this newest one."""
+        if self._saved_step == self.global_step:
+            return
         keep = self.cfg.trainer.get("max_actor_ckpt_to_keep")
         ckpt.save_checkpoint(self.checkpoint_root, self.global_step, model=self.model, optimizer=self.optimizer,
                              trainer_state=self.trainer_state(), hooks=self.hooks, keep=int(keep) if keep else None)
+        self._saved_step = self.global_step
+        self.best.prune()
+
+    def validate_and_keep_best(self, step: int) -> dict[str, float]:
+        """:meth:`validate`, then the best-step check: a new best step is checkpointed and marked."""
+        metrics = self.validate(step)
+        metrics.update(self.best.after_validation(step, metrics, self.save))
+        return metrics
 
     @property
     def checkpoint_root(self) -> Path:
@@ -287,7 +303,9 @@ class LocalTrainer:
             raise ConfigError(f"trainer.resume_mode={mode}: choose auto, disable or resume_path")
         state = ckpt.load_checkpoint(path, model=self.model, optimizer=self.optimizer, hooks=self.hooks)
         self.global_step = int(state["global_step"])
+        self._saved_step = self.global_step
         self.sampler.load_state_dict(state["data"])
+        self.best.restore()
         logger.info("resumed from %s (step %d, epoch %d, index %d)", path, self.global_step,
                     self.sampler.pos.epoch, self.sampler.pos.index)
         return True
@@ -300,13 +318,13 @@ class LocalTrainer:
                             tensorboard=bool(self.local.tensorboard))
         try:
             if not resumed and t.val_before_train and self.val_ids:
-                log.log(0, self.validate(0))
+                log.log(0, self.validate_and_keep_best(0))
             save_freq, test_freq = int(t.save_freq or 0), int(t.test_freq or 0)
             while self.global_step < self.total_steps:
                 metrics = self.train_step()
                 last = self.global_step == self.total_steps
                 if test_freq > 0 and (self.global_step % test_freq == 0 or last):
-                    metrics.update(self.validate(self.global_step))
+                    metrics.update(self.validate_and_keep_best(self.global_step))
                 log.log(self.global_step, metrics)
                 self.last_metrics = metrics
                 if (save_freq > 0 and self.global_step % save_freq == 0) or last:

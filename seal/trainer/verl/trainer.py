@@ -19,7 +19,9 @@ Around that one step hook, three small extensions of verl's own methods (each ca
 * ``_get_gen_batch`` (called by ``fit()`` and ``_validate()`` right before rollout) attaches each
   row's environment parameters — the only way per-step interface settings derived from the
   capability state reach the episode runners in the Ray agent-loop workers;
-* ``_dump_generations`` writes the validation log in the project's format (contract 6).
+* ``_dump_generations`` writes the validation log in the project's format (contract 6);
+* ``_validate`` is followed by the release's best-validation-step keeping
+  (:mod:`seal.trainer.best_checkpoint`, ``trainer.save_best_checkpoint``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from omegaconf import DictConfig
 
 from seal.config import ConfigError
 from seal.eval.logs import ValidationLogWriter
+from seal.trainer.best_checkpoint import BestCheckpointKeeper, BestCheckpointSettings
 from seal.trainer.hooks import SealHooks
 from seal.trainer.verl.batch import episode_rows, exclude_rows, mask_untrainable, step_selection
 from seal.trainer.verl.validation import RECORD_KEY, validation_records
@@ -72,6 +75,7 @@ class SealRayPPOTrainer(RayPPOTrainer):
         check_verl_config(config)
         super().__init__(config, *args, **kwargs)
         self.seal_hooks = SealHooks(config, Path(exp_dir))
+        self._best_checkpoints()  # a bad best-checkpoint setting fails here, not after the first validation
 
     # ------------------------------------------------------------------ the step hook
 
@@ -217,16 +221,45 @@ class SealRayPPOTrainer(RayPPOTrainer):
         """Write the diagnosis state into ``global_step_<n>/seal/``, then verl's checkpoint.
 
         The state goes first: verl writes ``latest_checkpointed_iteration.txt`` last, so a
-        checkpoint verl can resume from always holds the matching diagnosis state.
+        checkpoint verl can resume from always holds the matching diagnosis state. With
+        ``trainer.keep_only_best_checkpoint`` the folders other than the best and this newest
+        one are then deleted.
         """
         self.seal_hooks.save(self._step_folder(self.global_steps) / SEAL_CKPT_DIR)
         super()._save_checkpoint()
+        self._saved_step = int(self.global_steps)
+        self._best_checkpoints().prune()
+
+    def _validate(self, merged: bool = False) -> dict[str, Any]:
+        """verl's validation pass, then the best-step check on its scores: a new best step is
+        checkpointed (unless verl saved this step already) and marked; ``best_checkpoint/*``
+        metrics join the validation metrics verl logs."""
+        metrics = super()._validate(merged=merged)
+        keeper = self._best_checkpoints()
+        if keeper.enabled and metrics:
+            metrics.update(keeper.after_validation(int(self.global_steps), metrics, self._save_best_step))
+        return metrics
+
+    def _save_best_step(self) -> None:
+        if getattr(self, "_saved_step", None) != int(self.global_steps):
+            self._save_checkpoint()
+
+    def _best_checkpoints(self) -> BestCheckpointKeeper:
+        keeper = getattr(self, "_best_keeper", None)
+        if keeper is None:
+            root = Path(os.path.abspath(str(self.config.trainer.default_local_dir)))
+            keeper = BestCheckpointKeeper(root, BestCheckpointSettings.from_trainer_cfg(self.config.trainer))
+            self._best_keeper = keeper
+        return keeper
 
     def _load_checkpoint(self) -> Any:
-        """verl's resume, then the diagnosis state saved with the same checkpoint."""
+        """verl's resume, then the diagnosis state saved with the same checkpoint (and the best
+        validation step so far, when best-step keeping is on)."""
         result = super()._load_checkpoint()
+        self._best_checkpoints().restore()
         folder = self._resumed_folder()
         if folder is not None:
+            self._saved_step = int(self.global_steps)  # its folder exists: a best here needs no new save
             seal_dir = folder / SEAL_CKPT_DIR
             if not seal_dir.is_dir():
                 raise ConfigError(
