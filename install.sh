@@ -1,25 +1,32 @@
 #!/usr/bin/env bash
 # One-shot setup into .venv (Python 3.11). Re-running is fast: each stage is skipped when its
-# inputs are unchanged. `--gpu` installs the GPU stack instead (verl + vLLM + flash-attn, see requirements-gpu.txt).
+# inputs are unchanged.
 #
-#   bash install.sh          # CPU path: core deps, bfcl-eval, this package, the SmolLM2 checkpoint
-#   bash install.sh --gpu    # a CUDA machine: verl + vLLM + flash-attn instead of the CPU torch
+#   bash install.sh                     # CPU path: requirements.txt, bfcl-eval, this package, the SmolLM2 checkpoint
+#   bash install.sh --gpu               # a CUDA machine: requirements-gpu.txt (verl + vLLM + CUDA torch) instead
+#   bash install.sh --gpu --flash-attn  # also compile flash-attn (30-60 min, needs the CUDA 13.0 nvcc on PATH)
 set -euo pipefail
 cd "$(dirname "$0")"
 
 GPU=0
+FLASH_ATTN=0
 for arg in "$@"; do
   case "$arg" in
     --gpu) GPU=1 ;;
+    --flash-attn) FLASH_ATTN=1 ;;
     -h|--help) sed -n 2,7p "$0"; exit 0 ;;
-    *) echo "install.sh: unknown option '$arg' (known: --gpu)" >&2; exit 2 ;;
+    *) echo "install.sh: unknown option '$arg' (known: --gpu, --flash-attn)" >&2; exit 2 ;;
   esac
 done
+if [ "$FLASH_ATTN" = 1 ] && [ "$GPU" = 0 ]; then
+  echo "install.sh: --flash-attn needs the GPU stack: run 'bash install.sh --gpu --flash-attn'" >&2; exit 2
+fi
 
 PY=${PYTHON:-python3.11}
 VENV=.venv
 STAMPS=$VENV/.stamps
 BFCL_EVAL_VERSION=2026.3.23
+FLASH_ATTN_VERSION=2.8.3
 
 if [ ! -x "$VENV/bin/python" ]; then
   command -v "$PY" >/dev/null || { echo "install.sh: $PY not found; set PYTHON=/path/to/python3.11" >&2; exit 1; }
@@ -45,17 +52,22 @@ if [ "$GPU" = 0 ] && stage_due core requirements.txt; then
   stage_done core
 fi
 
-# GPU machines: verl + vLLM pin their own torch (CUDA build) and transformers, so the CPU pins of
-# those are left out and the rest of requirements.txt goes on top. flash-attn compiles against the
-# installed torch and needs the CUDA toolkit (nvcc) on PATH.
-if [ "$GPU" = 1 ] && stage_due gpu requirements-gpu.txt requirements.txt; then
-  echo "[install] GPU stack (verl[vllm], vLLM, CUDA torch) + the rest of requirements.txt"
+# GPU machines: requirements-gpu.txt is the complete GPU set (the CUDA torch and vLLM's own pins in
+# place of the CPU ones), resolved as a whole in CI by tests/test_requirements_gpu.py.
+if [ "$GPU" = 1 ] && stage_due gpu requirements-gpu.txt; then
+  echo "[install] GPU set (verl[vllm], vLLM, torch 2.11.0 CUDA build, the project's dependencies)"
   $PIP install -q -r requirements-gpu.txt
-  grep -vE '^(torch|transformers|accelerate|verl)==' requirements.txt > "$STAMPS/requirements-common.txt"
-  $PIP install -q -r "$STAMPS/requirements-common.txt" -c requirements-gpu.txt
   $PIP install -q --no-deps "bfcl-eval==$BFCL_EVAL_VERSION"
-  MAX_JOBS=${MAX_JOBS:-8} $PIP install -q --no-build-isolation flash-attn==2.8.3
   stage_done gpu
+fi
+
+# flash-attn 2.8.3 is an sdist: it compiles against the installed torch (hence no build isolation)
+# with nvcc. Optional: without it the verl backend runs with sdpa attention (seal/trainer/verl/main.py).
+if [ "$FLASH_ATTN" = 1 ] && stage_due flash-attn requirements-gpu.txt; then
+  command -v nvcc >/dev/null || { echo "install.sh: --flash-attn needs nvcc (CUDA 13.0 toolkit) on PATH; or leave --flash-attn out to run with sdpa" >&2; exit 1; }
+  echo "[install] flash-attn $FLASH_ATTN_VERSION (compiles: 30-60 min on 16 cores; MAX_JOBS=${MAX_JOBS:-8})"
+  MAX_JOBS=${MAX_JOBS:-8} $PIP install -q --no-build-isolation "flash-attn==$FLASH_ATTN_VERSION"
+  stage_done flash-attn
 fi
 
 if stage_due package pyproject.toml; then
