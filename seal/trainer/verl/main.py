@@ -15,6 +15,7 @@ config validation, tokenizer), with two differences: the datasets are
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 from pathlib import Path
@@ -42,6 +43,11 @@ FILE_LIST_KEYS = ("data.train_files", "data.val_files")
 # Either a local folder or a hub id (``Qwen/Qwen2.5-7B-Instruct``): made absolute only if it exists.
 MODEL_KEYS = ("actor_rollout_ref.model.path", "actor_rollout_ref.model.tokenizer_path")
 AGENT_LOOPS_YAML = Path(__file__).with_name("agent_loops.yaml")
+# The model sections whose attention the FSDP workers set up: the actor and reference policy share
+# ``actor_rollout_ref.model``; the actor's own use_remove_padding was resolved from it; the critic
+# (unused by GRPO) has its own model section.
+ATTENTION_SECTIONS = (("actor_rollout_ref.model", ("actor_rollout_ref.model", "actor_rollout_ref.actor")),
+                      ("critic.model", ("critic.model",)))
 
 
 def _absolute(value: str, base: Path, *, only_existing: bool = False) -> str:
@@ -55,7 +61,38 @@ def _absolute(value: str, base: Path, *, only_existing: bool = False) -> str:
     return value if only_existing else str((base / p).resolve())
 
 
-def prepare_config(cfg: DictConfig, *, exp_dir: Path, base: Path | None = None) -> DictConfig:
+def flash_attn_installed() -> bool:
+    return importlib.util.find_spec("flash_attn") is not None
+
+
+def apply_attention_fallback(cfg: DictConfig, *, flash_attn: bool) -> bool:
+    """Without flash-attn, run the FSDP models on PyTorch's sdpa attention (in place).
+
+    verl loads the actor, reference and critic models with ``flash_attention_2`` unless
+    ``<model>.override_config.attn_implementation`` says otherwise, and its ``use_remove_padding``
+    path needs flash-attn's varlen kernels. flash-attn is optional (``install.sh --gpu
+    --flash-attn`` compiles it), so a machine without it gets ``attn_implementation=sdpa`` and
+    ``use_remove_padding=false``. A model section whose ``attn_implementation`` the user set is
+    left exactly as configured. Returns whether anything changed.
+    """
+    if flash_attn:
+        return False
+    changed = False
+    with open_dict(cfg):
+        for model_key, padding_keys in ATTENTION_SECTIONS:
+            if OmegaConf.select(cfg, model_key) is None or \
+                    OmegaConf.select(cfg, f"{model_key}.override_config.attn_implementation") is not None:
+                continue
+            OmegaConf.update(cfg, f"{model_key}.override_config.attn_implementation", "sdpa", merge=True)
+            for key in padding_keys:
+                if OmegaConf.select(cfg, f"{key}.use_remove_padding") is not None:
+                    OmegaConf.update(cfg, f"{key}.use_remove_padding", False, merge=False)
+            changed = True
+    return changed
+
+
+def prepare_config(cfg: DictConfig, *, exp_dir: Path, base: Path | None = None,
+                   flash_attn: bool | None = None) -> DictConfig:
     """A resolved copy of ``cfg`` ready for Ray workers on any node of a cluster.
 
     * ``trainer.validation_data_dir`` defaults to ``<exp_dir>/validation_log`` (contract 6).
@@ -68,6 +105,8 @@ def prepare_config(cfg: DictConfig, *, exp_dir: Path, base: Path | None = None) 
     * The repository is prepended to the workers' ``PYTHONPATH`` (Ray's runtime env), so the
       ``seal`` and ``env_service`` packages import on every node that has the project at the
       same path; verl's TensorBoard logger writes to ``<exp_dir>/tensorboard``.
+    * Without flash-attn (``flash_attn``: None = look for the package), the models use sdpa
+      attention and no padding removal (:func:`apply_attention_fallback`), logged once.
     """
     base = Path(base or Path.cwd()).resolve()
     out = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
@@ -95,6 +134,10 @@ def prepare_config(cfg: DictConfig, *, exp_dir: Path, base: Path | None = None) 
         env_vars = {**env_vars, "PYTHONPATH": os.pathsep.join(p for p in paths if p),
                     "TENSORBOARD_DIR": env_vars.get("TENSORBOARD_DIR") or str(Path(exp_dir).resolve() / "tensorboard")}
         OmegaConf.update(out, "ray_kwargs.ray_init.runtime_env.env_vars", env_vars, merge=False)
+    if apply_attention_fallback(out, flash_attn=flash_attn_installed() if flash_attn is None else flash_attn):
+        logger.info("flash-attn is not installed: FSDP models use attn_implementation=sdpa and "
+                    "use_remove_padding=false (install.sh --gpu --flash-attn compiles it; setting "
+                    "actor_rollout_ref.model.override_config.attn_implementation yourself keeps your settings)")
     return out
 
 

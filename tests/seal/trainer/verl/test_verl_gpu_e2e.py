@@ -21,7 +21,6 @@ VAL_IDS = ["multi_turn_base_104", "multi_turn_base_105"]
 @pytest.mark.slow
 def test_two_steps_on_one_gpu(tmp_path):
     pytest.importorskip("vllm")
-    pytest.importorskip("flash_attn")
     if not (MODEL_DIR / "config.json").is_file():
         pytest.skip("models/SmolLM2-135M-Instruct is missing; run install.sh")
     from seal.trainer.verl import run_verl

@@ -18,7 +18,7 @@ def test_prepare_config_makes_paths_absolute_and_wires_the_workers(seal_cfg, tmp
     out = prepare_config(seal_cfg, base=tmp_path, exp_dir=tmp_path / "experiments" / "SEAL")
     assert out.data.train_files == str(REPO_ROOT / "data" / "bfcl_train.parquet")  # found in the repo
     assert out.trainer.validation_data_dir == str(tmp_path / "experiments" / "SEAL" / "validation_log")
-    assert out.trainer.default_local_dir == str(tmp_path / "checkpoints" / "seal" / "SEAL")
+    assert out.trainer.default_local_dir == str(tmp_path / "experiments" / "SEAL" / "checkpoints")
     assert out.actor_rollout_ref.rollout.agent.agent_loop_config_path == str(AGENT_LOOPS_YAML)
     env = out.ray_kwargs.ray_init.runtime_env.env_vars
     assert env.PYTHONPATH.split(os.pathsep)[0] == str(REPO_ROOT)
