@@ -14,25 +14,23 @@ from typing import Any
 
 import pytest
 
-from conftest import ScriptedRunner
 from seal.config import ConfigError
 
 BEST = ["trainer.save_best_checkpoint=true", "trainer.keep_only_best_checkpoint=true"]
 
 
-class ValidationScript(ScriptedRunner):
-    """The scripted runner; validation pass ``i`` passes ``multi_turn_base`` iff ``base[i]`` and
-    the other category iff ``other[i]``."""
+class ValidationScript:
+    """The scripted runner (conftest), except that validation pass ``i`` passes
+    ``multi_turn_base`` iff ``base[i]`` and the other category iff ``other[i]``."""
 
-    def __init__(self, tokenizer: Any, base: list[bool], other: list[bool]) -> None:
-        super().__init__(tokenizer)
-        self.base, self.other = base, other
+    def __init__(self, inner: Any, base: list[bool], other: list[bool]) -> None:
+        self.inner, self.base, self.other = inner, base, other
         self.val_calls: dict[str, int] = {}
 
     async def run(self, sampling_params: dict, *, task_id: str, rollout_mode: str, env_params: dict,
                   **kwargs: Any) -> Any:
-        out = await super().run(sampling_params, task_id=task_id, rollout_mode=rollout_mode,
-                                env_params=env_params, **kwargs)
+        out = await self.inner.run(sampling_params, task_id=task_id, rollout_mode=rollout_mode,
+                                   env_params=env_params, **kwargs)
         if rollout_mode != "validate":
             return out
         i = self.val_calls[task_id] = self.val_calls.get(task_id, -1) + 1
@@ -41,8 +39,8 @@ class ValidationScript(ScriptedRunner):
         return out
 
 
-def _run(make_trainer, tokenizer, exp, extra, base, other):
-    runner = ValidationScript(tokenizer, base, other)
+def _run(make_trainer, scripted_runner, exp, extra, base, other):
+    runner = ValidationScript(scripted_runner(), base, other)
     # 4 steps, validation before training and every step: 5 passes.
     trainer, _ = make_trainer(exp, extra=["trainer.total_training_steps=4", "trainer.test_freq=1",
                                           "trainer.val_before_train=true", *extra], runner=runner)
@@ -63,11 +61,11 @@ def _metrics(exp) -> dict[int, dict]:
 
 
 @pytest.mark.slow
-def test_keeps_the_best_base_step_and_the_latest(make_trainer, tokenizer, tmp_path):
+def test_keeps_the_best_base_step_and_the_latest(make_trainer, scripted_runner, tmp_path):
     exp = tmp_path / "best"
     # base pass rate per pass (steps 0..4): 0, 1, 0, 1 (a tie: step 1 stays), 0. The other
     # category peaks at step 2, which the release's automatic metric ignores.
-    trainer, root = _run(make_trainer, tokenizer, exp, [*BEST, "trainer.save_freq=0"],
+    trainer, root = _run(make_trainer, scripted_runner, exp, [*BEST, "trainer.save_freq=0"],
                          base=[False, True, False, True, False], other=[False, False, True, False, False])
 
     marker = json.loads((root / "best_checkpoint.json").read_text())
@@ -85,9 +83,9 @@ def test_keeps_the_best_base_step_and_the_latest(make_trainer, tokenizer, tmp_pa
 
 
 @pytest.mark.slow
-def test_configured_metric_and_keep_all(make_trainer, tokenizer, tmp_path):
+def test_configured_metric_and_keep_all(make_trainer, scripted_runner, tmp_path):
     exp = tmp_path / "overall"
-    _, root = _run(make_trainer, tokenizer, exp,
+    _, root = _run(make_trainer, scripted_runner, exp,
                    [*BEST, "trainer.keep_only_best_checkpoint=false", "trainer.best_checkpoint_metric=val/pass_rate",
                     "trainer.save_freq=1"],
                    base=[False, True, False, False, False], other=[False, False, True, True, False])
@@ -98,15 +96,15 @@ def test_configured_metric_and_keep_all(make_trainer, tokenizer, tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_keeps_the_recorded_best(make_trainer, tokenizer, tmp_path):
+def test_resume_keeps_the_recorded_best(make_trainer, scripted_runner, tmp_path):
     exp = tmp_path / "resume"
-    _run(make_trainer, tokenizer, exp, [*BEST, "trainer.save_freq=1", "trainer.total_training_steps=2"],
+    _run(make_trainer, scripted_runner, exp, [*BEST, "trainer.save_freq=1", "trainer.total_training_steps=2"],
          base=[False, True, False], other=[False] * 3)
     root = exp / "checkpoints"
     assert _steps(root) == [1, 2]
     # Resumed to 4 steps: steps 3 and 4 tie with the recorded 1.0 of step 1, so step 1 stays the
     # best; a keeper that forgot it on resume would take step 3.
-    trainer, _ = _run(make_trainer, tokenizer, exp, [*BEST, "trainer.save_freq=1"],
+    trainer, _ = _run(make_trainer, scripted_runner, exp, [*BEST, "trainer.save_freq=1"],
                       base=[True, True], other=[False] * 2)
     assert json.loads((root / "best_checkpoint.json").read_text())["global_step"] == 1
     assert _steps(root) == [1, 4]
