@@ -96,6 +96,10 @@ def kl_gradient_is_zero(model: torch.nn.Module, ref_model: torch.nn.Module | Non
     return False, "the policy differs from the reference"
 
 
+# Metrics that are counts, not per-sequence means.
+_COUNTS = ("actor/skipped_updates", "actor/skipped_rows")
+
+
 def policy_update(
     model: torch.nn.Module,
     ref_model: torch.nn.Module | None,
@@ -160,8 +164,6 @@ def policy_update(
     out["actor/response_tokens"] = float(batch.mask.sum().item())
     return out
 
-
-_COUNTS = ("actor/skipped_updates", "actor/skipped_rows")
 
 
 def _train_minibatch(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Batch,
