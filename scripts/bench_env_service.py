@@ -7,8 +7,12 @@ processes. The HTTP runs go to ``python -m env_service`` started here as a subpr
 ``concurrency`` asyncio tasks in this process using ``EnvClient``'s async calls (they share the
 machine's cores with the service).
 
-    .venv/bin/python scripts/bench_env_service.py                  # 1, 8, 32 clients, 400 episodes each
+    .venv/bin/python scripts/bench_env_service.py                  # 1, 8, 32, 256 clients, 800 episodes each
     .venv/bin/python scripts/bench_env_service.py --repeat 3 --json bench.json   # medians of 3 rounds
+
+256 clients is the paper's load: one training step runs 32 tasks x 8 rollouts at once. The summary
+prints the throughput at the highest concurrency against the 32-client figure, and the service's CPU
+time per episode (server process plus workers) against the in-process floor's, measured in the same run.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from env_service.bfcl.tasks import default_store  # noqa: E402
-from env_service.client import EnvClient  # noqa: E402
+from env_service.client import EnvClient, EnvError  # noqa: E402
 from env_service.host import bfcl_host, score_of  # noqa: E402
 from env_service.oracle import oracle_for_task  # noqa: E402
 
@@ -95,14 +99,18 @@ class RssSampler(threading.Thread):
 
     def cpu_s(self) -> float:
         """User + system CPU seconds of the server process and its workers so far."""
-        total = 0.0
-        for p in [self.proc] + self.proc.children(recursive=True):
+        return sum(self.cpu_split_s())
+
+    def cpu_split_s(self) -> tuple[float, float]:
+        """(server process, worker processes) CPU seconds so far."""
+        parts = [0.0, 0.0]
+        for k, p in enumerate([self.proc] + self.proc.children(recursive=True)):
             try:
                 t = p.cpu_times()
             except psutil.NoSuchProcess:
                 continue
-            total += t.user + t.system
-        return total
+            parts[min(k, 1)] += t.user + t.system
+        return parts[0], parts[1]
 
     def rss(self) -> int:
         procs = [self.proc] + self.proc.children(recursive=True)
@@ -140,29 +148,37 @@ def run_http(client: EnvClient, plan: list[tuple[str, list[str]]], params: dict,
         passed += ok  # not in one statement with the await: `x += await ...` loses concurrent updates
         await client.arelease(ep.instance_id)
 
+    errors: list[str] = []
+
     async def drive() -> None:
         queue = list(reversed(plan))
 
         async def lane() -> None:
             while queue:
-                await one(*queue.pop())
+                try:
+                    await one(*queue.pop())
+                except EnvError as err:  # counted, not fatal: the run reports how many
+                    errors.append(f"{type(err).__name__}:{err.status}:{err.code}")
 
         await asyncio.gather(*(lane() for _ in range(concurrency)))
         await client.aclose()
 
     sampler = RssSampler(server_pid)
     me = psutil.Process()
-    service_cpu0, client_cpu0 = sampler.cpu_s(), sum(me.cpu_times()[:2])
+    (server_cpu0, worker_cpu0), client_cpu0 = sampler.cpu_split_s(), sum(me.cpu_times()[:2])
     sampler.start()
     t0 = time.perf_counter()
     asyncio.run(drive())
     wall = time.perf_counter() - t0
     sampler.stop()
-    service_cpu, client_cpu = sampler.cpu_s() - service_cpu0, sum(me.cpu_times()[:2]) - client_cpu0
-    return {"concurrency": concurrency, "episodes": len(plan), "passed": passed, "wall_s": wall,
+    server_cpu, worker_cpu = (b - a for a, b in zip((server_cpu0, worker_cpu0), sampler.cpu_split_s()))
+    service_cpu, client_cpu = server_cpu + worker_cpu, sum(me.cpu_times()[:2]) - client_cpu0
+    return {"concurrency": concurrency, "episodes": len(plan), "passed": passed, "errors": len(errors), "wall_s": wall,
             "eps_per_s": len(plan) / wall, **step_stats(steps),
             # CPU per episode does not depend on what else runs on the machine, unlike episodes/s.
             "service_cpu_ms_per_episode": 1e3 * service_cpu / len(plan),
+            "server_cpu_ms_per_episode": 1e3 * server_cpu / len(plan),
+            "worker_cpu_ms_per_episode": 1e3 * worker_cpu / len(plan),
             "client_cpu_ms_per_episode": 1e3 * client_cpu / len(plan),
             "rss_max_mb": max(sampler.samples or [sampler.rss()]) / 2**20}
 
@@ -185,8 +201,8 @@ def start_service(port: int, workers: int | None) -> subprocess.Popen:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--episodes", type=int, default=400, help="episodes per run (default 400)")
-    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    ap.add_argument("--episodes", type=int, default=800, help="episodes per run (default 800)")
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 256])
     ap.add_argument("--workers", type=int, default=None, help="service worker processes (default: one per CPU)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="rounds of (floor, every concurrency), interleaved; medians are reported (default 1)")
@@ -224,11 +240,28 @@ def main() -> None:
     for r in results:
         r["ratio_to_floor"] = r["eps_per_s"] / floor["eps_per_s"]
         print_http("HTTP", r, floor["eps_per_s"])
+    print_summary(floor, results)
     print(f"service RSS after warm-up, idle: {idle_rss:.0f} MB; workers {metrics['workers']}; "
           f"server-side /v1/step p50 {metrics['latency'].get('/v1/step', {}).get('p50_ms', float('nan')):.2f} ms")
     if args.json:
         args.json.write_text(json.dumps({"floor": floor, "http": results, "rounds": rounds, "floors": floors,
                                          "idle_rss_mb": idle_rss}, indent=2))
+
+
+def print_summary(floor: dict, results: list[dict]) -> None:
+    """The paper-load checks: errors, throughput at the top concurrency vs 32, service CPU vs the floor."""
+    by_c = {r["concurrency"]: r for r in results}
+    top = by_c[max(by_c)]
+    failed = sum(r["episodes"] - r["passed"] for r in results)
+    print(f"errors: {sum(r['errors'] for r in results)}; episodes not passing: {failed} "
+          f"(the floor: {floor['episodes'] - floor['passed']} of {floor['episodes']})")
+    if 32 in by_c and max(by_c) > 32:
+        print(f"throughput c={top['concurrency']} / c=32: {top['eps_per_s'] / by_c[32]['eps_per_s']:.2f} (target >= 0.9)")
+    for r in results:
+        ratio = r["service_cpu_ms_per_episode"] / floor["cpu_ms_per_episode"]
+        print(f"service CPU per episode c={r['concurrency']}: {r['service_cpu_ms_per_episode']:.1f} ms "
+              f"(server {r['server_cpu_ms_per_episode']:.1f} + workers {r['worker_cpu_ms_per_episode']:.1f}) vs "
+              f"floor {floor['cpu_ms_per_episode']:.1f} ms: {ratio:.1f}x")
 
 
 def median_run(runs: list[dict]) -> dict:
@@ -243,7 +276,7 @@ def print_floor(label: str, floor: dict) -> None:
 
 
 def print_http(label: str, r: dict, floor_eps: float) -> None:
-    print(f"{label} c={r['concurrency']:>2}: {r['eps_per_s']:7.1f} episodes/s  ratio {r['eps_per_s'] / floor_eps:.3f}  "
+    print(f"{label} c={r['concurrency']:>3}: {r['eps_per_s']:7.1f} episodes/s  ratio {r['eps_per_s'] / floor_eps:.3f}  "
           f"step p50 {r['step_p50_ms']:.2f} p90 {r['step_p90_ms']:.2f} p99 {r['step_p99_ms']:.2f} ms "
           f"(non-final p99 {r['step_p99_nonfinal_ms']:.2f})  passed {r['passed']}/{r['episodes']}  "
           f"service RSS max {r['rss_max_mb']:.0f} MB  CPU ms/episode: service {r['service_cpu_ms_per_episode']:.1f} "

@@ -4,7 +4,9 @@ Starts ``python -m env_service`` as a subprocess, warms it up, samples its RSS (
 workers), replays ``--episodes`` oracle episodes (every fifth with a malformed tool call and a failing
 call mixed in) at ``--concurrency`` asyncio clients, samples RSS again and prints the growth.
 
-    .venv/bin/python scripts/soak_env_service.py                        # 2,000 episodes, 32 clients
+    .venv/bin/python scripts/soak_env_service.py                        # 2,000 episodes, 256 clients
+
+256 clients is the paper's load (32 tasks x 8 rollouts per training step).
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ async def replay(client: EnvClient, plan: list[tuple[str, list[str]]], concurren
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--episodes", type=int, default=2000)
-    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--concurrency", type=int, default=256)
     ap.add_argument("--warmup", type=int, default=200, help="episodes before the first RSS sample")
     ap.add_argument("--workers", type=int, default=None)
     args = ap.parse_args()
