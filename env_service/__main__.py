@@ -1,7 +1,9 @@
-"""``python -m env_service --host 127.0.0.1 --port 8082 [--workers N]``: serve the BFCL multi-turn tasks.
+"""``python -m env_service [--env NAME] --host 127.0.0.1 --port 8082 [--workers N]``: serve an environment's tasks.
 
-No environment variables and no network are needed: the tasks come from the installed bfcl-eval data
-and the splits from this project's ``data/`` folder.
+``--env`` picks the environment by its registered name (:mod:`env_service.registry`): ``bfcl``
+(default; the BFCL multi-turn tasks) or ``notes`` (the project's small example benchmark).
+No environment variables and no network are needed: BFCL's tasks come from the installed bfcl-eval
+data and its splits from this project's ``data/`` folder; other environments ship their tasks.
 
 The listening socket is bound before anything else starts, so a port that is taken or invalid ends
 the command at once with one line on stderr and exit code 1, and no worker process is ever started.
@@ -14,13 +16,17 @@ import logging
 import socket
 import sys
 
-from env_service.service import DEFAULT_HOST_FACTORY, ServiceConfig
+from env_service.registry import DEFAULT_ENVIRONMENT, known_environments
+from env_service.service import ServiceConfig
 
 PROG = "python -m env_service"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    p.add_argument("--env", default=DEFAULT_ENVIRONMENT, choices=known_environments(),
+                   help=f"the environment to serve, by name (default {DEFAULT_ENVIRONMENT}; "
+                        "the trainer's env_service.env must name the same)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8082, help="port to bind (default 8082; 0 picks a free one)")
     p.add_argument("--workers", type=int, default=None,
@@ -29,7 +35,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-instances", type=int, default=1024, help="live instance cap; /create beyond it gets 503")
     p.add_argument("--request-timeout", type=float, default=60.0,
                    help="a worker slower than this on one request is restarted (default 60 s)")
-    p.add_argument("--host-factory", default=DEFAULT_HOST_FACTORY, help=argparse.SUPPRESS)
+    # A test hook: a "module:function" host that overrides the environment's own.
+    p.add_argument("--host-factory", default=None, help=argparse.SUPPRESS)
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p.parse_args(argv)
 
@@ -54,7 +61,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     try:
         config = ServiceConfig(workers=args.workers, ttl_s=args.ttl, max_instances=args.max_instances,
-                               request_timeout_s=args.request_timeout, host_factory=args.host_factory)
+                               request_timeout_s=args.request_timeout, host_factory=args.host_factory,
+                               env=args.env)
     except ValueError as err:
         raise SystemExit(f"{PROG}: {err}") from None
     sock = bind_socket(args.host, args.port)
@@ -63,8 +71,8 @@ def main(argv: list[str] | None = None) -> None:
 
     from env_service.app import create_app
 
-    logging.getLogger(__name__).info("Starting server on %s:%d (%d workers)", args.host, sock.getsockname()[1],
-                                     config.resolved_workers)
+    logging.getLogger(__name__).info("Serving environment %r on %s:%d (%d workers)", config.env, args.host,
+                                     sock.getsockname()[1], config.resolved_workers)
     server = uvicorn.Server(uvicorn.Config(create_app(config), log_level=args.log_level, access_log=False,
                                            timeout_keep_alive=30))
     server.run(sockets=[sock])

@@ -108,9 +108,10 @@ class _LatencyMiddleware:
             self.service.latency.record(scope["path"], time.perf_counter() - t0)
 
 
-def _require_bfcl(req: schemas.ServiceRequest) -> None:
-    if req.env_type != schemas.ENV_TYPE:
-        raise OpError("bad_request", f"unknown env_type {req.env_type!r}; this service serves 'bfcl'")
+def _require_env(req: schemas.ServiceRequest, served: str) -> None:
+    # The release's client names the environment on /create ("bfcl"); one left out means the served one.
+    if req.env_type is not None and req.env_type != served:
+        raise OpError("bad_request", f"unknown env_type {req.env_type!r}; this service serves {served!r}")
 
 
 def _require_instance(req: schemas.ServiceRequest) -> str:
@@ -168,7 +169,7 @@ def _add_compat_routes(app: FastAPI, service: EnvService) -> None:
 
     @app.post("/create", response_model=schemas.Envelope, responses=_ERRORS, tags=["release-compatible"])
     async def create(req: schemas.ServiceRequest) -> JSONResponse:
-        _require_bfcl(req)
+        _require_env(req, service.config.env)
         if not req.task_id:
             raise OpError("bad_request", "task_id is required")
         instance_id, messages, info = await service.create(req.task_id, req.params, req.instance_id)
@@ -244,8 +245,10 @@ def create_app(config: ServiceConfig | None = None, service: EnvService | None =
         finally:
             await service.stop()
 
-    app = FastAPI(title="SEAL BFCL environment service", version=schemas.PROTOCOL_VERSION, lifespan=lifespan,
-                  description="BFCL multi-turn episodes over HTTP: release-compatible routes plus typed /v1 routes.")
+    env = service.config.env
+    app = FastAPI(title=f"SEAL environment service ({env})", version=schemas.PROTOCOL_VERSION, lifespan=lifespan,
+                  description=f"Multi-turn episodes of the {env!r} environment over HTTP: release-compatible "
+                              "routes plus typed /v1 routes.")
     app.state.service = service
     _add_error_handlers(app, service)
     _add_compat_routes(app, service)

@@ -1,6 +1,6 @@
 """The one environment client: over HTTP (one or several service URLs) or in-process.
 
->>> client = EnvClient("http://127.0.0.1:8082")          # or EnvClient.in_process()
+>>> client = EnvClient("http://127.0.0.1:8082")          # or EnvClient.in_process(env="bfcl")
 >>> episode = client.create("multi_turn_base_0")
 >>> out = client.step(episode.instance_id, "<tool_call>{...}</tool_call>")
 >>> score = client.evaluate(episode.instance_id, sparse=True)
@@ -257,7 +257,7 @@ class _Call:
 
 
 class EnvClient:
-    """Client of the BFCL environment service; see the module docstring for errors and retries."""
+    """Client of the environment service; see the module docstring for errors and retries."""
 
     def __init__(self, url: str | Sequence[str] | None = None, *, timeout_s: float = 300.0, retries: int = 2,
                  backoff_s: float = 0.5, max_connections: int = 64, _in_process: _InProcessTransport | None = None):
@@ -270,8 +270,10 @@ class EnvClient:
             self._local, self._http = None, _HttpTransport(urls, timeout_s, retries, backoff_s, max_connections)
 
     @classmethod
-    def in_process(cls, *, workers: int = 0, **config: Any) -> EnvClient:
+    def in_process(cls, *, env: str | None = None, workers: int = 0, **config: Any) -> EnvClient:
         """A client with its own service in this process (no socket). ``config``: ServiceConfig fields.
+
+        ``env`` names the environment served (:mod:`env_service.registry`; ``None``: ``bfcl``).
 
         ``workers=0`` (default) runs episodes on the service's loop thread: no processes to start,
         but no watchdog either (a tool call that never returns would block the client; the
@@ -281,6 +283,8 @@ class EnvClient:
         """
         from env_service.service import EnvService, ServiceConfig
 
+        if env is not None:
+            config["env"] = env
         return cls(_in_process=_InProcessTransport(EnvService(ServiceConfig(workers=workers, **config))))
 
     @property

@@ -21,7 +21,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 PROTOCOL_VERSION = "1"
-ENV_TYPE = "bfcl"
 SPLITS = ("train", "val", "test", "eval")
 
 _ID = Field(min_length=1, max_length=200, description="Instance id; any printable string without whitespace.")
@@ -39,7 +38,8 @@ class _Strict(BaseModel):
 class ServiceRequest(BaseModel):
     """The release's single request body. Unknown top-level keys are ignored, as the release did."""
 
-    env_type: str = ENV_TYPE
+    # The environment's name; checked on /create against the served one (None: the served one).
+    env_type: str | None = None
     task_id: str | None = None
     instance_id: str | None = None
     messages: dict[str, Any] | list[Any] = Field(default_factory=dict)

@@ -22,10 +22,11 @@ from typing import Any
 from env_service import schemas
 from env_service.host import EpisodeHost, OpError, score_of
 from env_service.pool import InlineBackend, WorkerPool
+from env_service.registry import DEFAULT_ENVIRONMENT, get_environment
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_HOST_FACTORY = "env_service.host:bfcl_host"
+DEFAULT_HOST_FACTORY = "env_service.host:bfcl_host"  # the default environment's (bfcl) host
 _GONE_MEMORY = 20_000  # how many released/reaped/lost ids we remember, for clearer 404/503 messages
 
 
@@ -39,8 +40,9 @@ class ServiceConfig:
     this long is reaped. ``max_instances``: live instances beyond this get 503 on ``/create``.
     ``request_timeout_s``: a worker that takes longer to answer one request is killed (its episodes
     are lost) so nothing ever hangs. ``max_content_chars``: longer assistant messages get 413.
+    ``env``: the environment served, a name of :mod:`env_service.registry` (``bfcl`` by default).
     ``host_factory``: builds each process's :class:`EpisodeHost` (a ``"module:function"`` path;
-    inline mode also takes the callable itself, e.g. a test double).
+    inline mode also takes the callable itself, e.g. a test double); ``None`` = the environment's.
     """
 
     workers: int | None = None
@@ -49,9 +51,12 @@ class ServiceConfig:
     max_instances: int = 1024
     request_timeout_s: float = 60.0
     max_content_chars: int = 1_000_000
-    host_factory: str | Callable[[], EpisodeHost] = DEFAULT_HOST_FACTORY
+    host_factory: str | Callable[[], EpisodeHost] | None = None
+    env: str = DEFAULT_ENVIRONMENT
 
     def __post_init__(self) -> None:
+        if self.host_factory is None:
+            self.host_factory = get_environment(self.env).host_factory
         if self.workers is not None and self.workers < 0:
             raise ValueError(f"workers must be >= 0 (0 = inline), got {self.workers}")
         for name in ("ttl_s", "request_timeout_s"):
@@ -212,7 +217,8 @@ class EnvService:
                      instance_id: str | None = None) -> tuple[str, list[dict], dict]:
         """Start an episode; returns ``(instance_id, [system, user], info)``."""
         if not isinstance(task_id, str) or not task_id:
-            raise OpError("bad_request", "task_id is required (a BFCL multi-turn id such as 'multi_turn_base_0')")
+            raise OpError("bad_request", "task_id is required (an id of the served environment's tasks, e.g. "
+                                         f"{get_environment(self.config.env).example_task_id!r})")
         if params is not None and not isinstance(params, dict):
             raise OpError("bad_request", "params must be a JSON object")
         instance_id = check_instance_id(instance_id) if instance_id is not None else f"inst_{uuid.uuid4().hex}"
@@ -275,12 +281,11 @@ class EnvService:
         return True
 
     async def env_profile(self, split: str = "train") -> list[str]:
-        """Task ids of a split (``train``/``val``/``test``/``eval``), read from the project's parquet files."""
+        """Task ids of a split (``train``/``val``/``test``/``eval``), as the served environment defines them."""
         if split not in schemas.SPLITS:
             raise OpError("bad_request", f"unknown split {split!r}; known: {', '.join(schemas.SPLITS)}")
         if split not in self._profiles:
-            from env_service.bfcl.tasks import load_split
-
+            load_split = get_environment(self.config.env).load_split
             self._profiles[split] = list(await asyncio.to_thread(load_split, split))
         return list(self._profiles[split])
 

@@ -1,0 +1,121 @@
+"""Environments as named plug-ins: what the service, the client and the trainer pick by name.
+
+An environment is a package that builds an :class:`Environment` and registers it with
+:func:`register_environment` when it is imported. It brings
+
+* ``host_factory``: a ``"module:function"`` path to a zero-argument function returning the
+  :class:`~env_service.host.EpisodeHost` of one process (each worker process of the service
+  calls it; its episode class implements the :class:`~env_service.host.Episode` protocol, its
+  ``evaluate(sparse=False)`` the checker's result: ``valid``, ``accuracy``, ``error_type``,
+  ``failure_tags`` one per ground-truth turn, ``category``, turn counts);
+* ``task_store``: the loaded task store (``get(task_id).category``, ``ids()``, ``in``), from which
+  every consumer reads a task's category;
+* ``load_split``: the task ids of ``train`` / ``val`` / ``test`` / ``eval``.
+
+Its per-episode parameters (including the interface-evolution blocks ``observation_lite``,
+``tool_feedback_evolution`` and ``diagnostic_evolution`` it honours) live in the experiment
+config under ``env_service.<name>``; ``env_service.env`` names the environment.
+
+The environments shipped with the project are listed in :data:`BUILTIN`; their package is
+imported the first time their name is asked for, so naming an environment costs nothing until
+it is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+DEFAULT_ENVIRONMENT = "bfcl"
+
+# name -> the module that registers it on import.
+BUILTIN: dict[str, str] = {
+    "bfcl": "env_service.bfcl.plugin",
+}
+
+_LOCK = threading.Lock()
+_REGISTERED: dict[str, Environment] = {}
+
+
+class TaskRecord(Protocol):
+    id: str
+    category: str
+
+
+class TaskIndex(Protocol):
+    """What consumers read from an environment's task store."""
+
+    def get(self, task_id: str) -> TaskRecord: ...
+
+    def ids(self) -> list[str]: ...
+
+    def __contains__(self, task_id: object) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Environment:
+    """One environment plug-in (see the module docstring)."""
+
+    name: str
+    host_factory: str
+    task_store: Callable[[], TaskIndex]
+    load_split: Callable[[str], list[str]]
+    description: str = ""
+    example_task_id: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name.isidentifier():
+            raise ValueError(f"environment name {self.name!r} must be an identifier (it is a config key)")
+        module, sep, attr = self.host_factory.partition(":")
+        if not sep or not module or not attr:
+            raise ValueError(f"environment {self.name!r}: host_factory must look like 'package.module:function', "
+                             f"got {self.host_factory!r}")
+
+    def category_of(self, task_id: str) -> str:
+        """The category the task store records for ``task_id`` (``KeyError`` for an unknown id)."""
+        return str(self.task_store().get(task_id).category)
+
+    def categories_of(self, task_ids: list[str]) -> dict[str, str]:
+        store = self.task_store()
+        return {t: str(store.get(t).category) for t in task_ids}
+
+
+def register_environment(env: Environment, *, replace: bool = False) -> Environment:
+    """Make ``env`` known by its name; a second registration of a name fails unless ``replace``."""
+    with _LOCK:
+        if env.name in _REGISTERED and not replace and _REGISTERED[env.name] != env:
+            raise ValueError(f"environment {env.name!r} is already registered")
+        _REGISTERED[env.name] = env
+    return env
+
+
+def known_environments() -> list[str]:
+    """Every name that :func:`get_environment` accepts (built-in and registered)."""
+    with _LOCK:
+        return sorted(set(BUILTIN) | set(_REGISTERED))
+
+
+def get_environment(name: str) -> Environment:
+    """The environment registered as ``name`` (importing its built-in package on first use)."""
+    with _LOCK:
+        env = _REGISTERED.get(name)
+    if env is not None:
+        return env
+    module = BUILTIN.get(name)
+    if module is None:
+        raise ValueError(f"unknown environment {name!r}; known: {', '.join(known_environments())}")
+    importlib.import_module(module)
+    with _LOCK:
+        env = _REGISTERED.get(name)
+    if env is None:
+        raise ValueError(f"environment package {module} did not register {name!r} (it must call "
+                         "env_service.registry.register_environment when imported)")
+    return env
+
+
+def environment_of(value: Any) -> Environment:
+    """An :class:`Environment` from a name or an environment (for callers that take either)."""
+    return value if isinstance(value, Environment) else get_environment(str(value))
