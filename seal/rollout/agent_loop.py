@@ -49,15 +49,17 @@ from typing import Any
 from omegaconf import OmegaConf
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, DictConfigWrap, register
 
+from seal.eval.logs import RECORD_KEY
 from seal.rollout.few_shot import with_few_shot
 from seal.rollout.settings import RolloutSettings, episode_params, make_env_client, select
 from seal.rollout.tokens import ChatFormat, TokenTrace, clip_text
-from seal.trainer.verl.validation import RECORD_KEY
 
 log = logging.getLogger(__name__)
 
 AGENT_NAME = "seal_bfcl"
-OBSERVATION_ROLE = "user"  # the environment's observations are user messages (the release's shape)
+# The role of observation messages when the environment names none in its /create info: user
+# messages, the release's shape for its default prompt mode (its Llama 3.1 / ToolACE modes say ipython).
+OBSERVATION_ROLE = "user"
 
 # terminated_reason values set by the runner (the environment's own reasons pass through:
 # completed, max_steps_per_turn, parse_error, ...).
@@ -80,6 +82,7 @@ class _Episode:
     trace: TokenTrace
     messages: list[dict]
     category: str | None = None
+    observation_role: str = OBSERVATION_ROLE
     num_llm_calls: int = 0
     calls_in_turn: int = 0
     turn: Any = None
@@ -207,8 +210,10 @@ class BfclAgentLoop(AgentLoopBase):
             raise EnvFault(f"create: {type(err).__name__}: {err}") from err
         try:
             messages = with_few_shot(list(created.messages), self.settings.few_shot)
+            info = created.info or {}
             episode = _Episode(TokenTrace(self.chat.prompt_ids(messages)), messages,
-                               category=(created.info or {}).get("category"), turn=(created.info or {}).get("turn"),
+                               category=info.get("category"), turn=info.get("turn"),
+                               observation_role=str(info.get("observation_role") or OBSERVATION_ROLE),
                                want_logprobs=_wants_logprobs(sampling_params))
             holder.append(episode)
             await self._play(client, created.instance_id, episode, sampling_params)
@@ -236,7 +241,7 @@ class BfclAgentLoop(AgentLoopBase):
                 return
             increment: list[int] = []
             if episode.pending_observation is not None:
-                increment = self.chat.observation_ids(episode.last_generated, OBSERVATION_ROLE,
+                increment = self.chat.observation_ids(episode.last_generated, episode.observation_role,
                                                       episode.pending_observation)
             room = self._room(trace, len(increment))
             if room < 1:
@@ -244,7 +249,7 @@ class BfclAgentLoop(AgentLoopBase):
                 return
             if episode.pending_observation is not None:
                 trace.add_env(increment)
-                episode.messages.append({"role": OBSERVATION_ROLE, "content": episode.pending_observation})
+                episode.messages.append({"role": episode.observation_role, "content": episode.pending_observation})
                 episode.pending_observation = None
                 episode.observations += 1
             text = await self._generate(episode, sampling_params, min(room, s.per_call_tokens))
@@ -260,18 +265,9 @@ class BfclAgentLoop(AgentLoopBase):
             episode.pending_observation = observation
 
     def _room(self, trace: TokenTrace, increment: int) -> int:
-        """New tokens the next LLM call may write (< 1: the episode's budget is spent).
-
-        ``context`` budget (the release's): no call once the raw context (with the pending
-        observation) reaches ``max_model_len - response_length``; a call then writes at most
-        ``response_length`` tokens, so the context never passes ``max_model_len``.
-        ``response`` budget: the continuation after the prompt stays within ``response_length``.
-        """
-        s = self.settings
-        context = len(trace) + increment
-        if s.episode_budget == "context":
-            return 0 if context >= s.context_cap else s.max_model_len - context
-        return min(s.response_length - len(trace.response_ids) - increment, s.max_model_len - context)
+        """New tokens the next LLM call may write (< 1: the episode's budget is spent); the rule is
+        :meth:`RolloutSettings.room`, over the token trace plus the pending observation."""
+        return self.settings.room(len(trace) + increment, len(trace.response_ids) + increment)
 
     def _limit_reached(self, episode: _Episode) -> str | None:
         if episode.num_llm_calls >= self.settings.max_llm_calls:

@@ -81,7 +81,7 @@ def _verl_progress(cfg: DictConfig, root: Path) -> tuple[int | None, int | None]
     total = _explicit_total(cfg)
     if total is None:
         from seal.config import ConfigError
-        from seal.trainer.local.data import select_task_ids
+        from seal.trainer.tasks import select_task_ids
 
         try:
             num_tasks = len(select_task_ids(cfg, "train"))

@@ -26,9 +26,10 @@ from seal.trainer import RunStopped
 from seal.trainer.best_checkpoint import BestCheckpointKeeper, BestCheckpointSettings
 from seal.trainer.hooks import SealHooks
 from seal.trainer.local import checkpoint as ckpt
-from seal.trainer.local.data import TaskSampler, select_task_ids
+from seal.trainer.local.data import TaskSampler
 from seal.rollout.prompt_length import prompt_token_counter
 from seal.trainer.step_rules import select_trainable
+from seal.trainer.tasks import select_task_ids
 from seal.trainer.local.episodes import Episode, EpisodeJob, episode_from_output, play_all
 from seal.trainer.local.metrics import MetricsLogger
 from seal.trainer.local.policy import LossSettings, frozen_copy, load_policy, resolve_device

@@ -61,7 +61,7 @@ class BfclTaskDataset(Dataset):
         training split the limit defaults to the rollout's prompt length
         (``data.max_prompt_length``), which an episode's prompt must fit anyway.
         """
-        from seal.trainer.local.data import select_task_ids
+        from seal.trainer.tasks import select_task_ids
 
         if split not in SPLIT_MODES:
             raise ValueError(f"split={split!r}: choose one of {list(SPLIT_MODES)}")

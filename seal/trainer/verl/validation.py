@@ -17,12 +17,10 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from seal.eval.logs import ValidationRecord
+from seal.eval.logs import RECORD_KEY, ValidationRecord
 from seal.types import category_of
 
 logger = logging.getLogger(__name__)
-
-RECORD_KEY = "seal_record"
 
 
 def validation_records(

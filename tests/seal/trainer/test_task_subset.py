@@ -7,7 +7,7 @@ import pytest
 
 from seal.config import REPO_ROOT, ConfigError, compose_config
 from seal.eval.logs import ValidationLogWriter, ValidationRecord
-from seal.trainer.local.data import expand_tags, select_task_ids
+from seal.trainer.tasks import expand_tags, select_task_ids
 
 TRAIN = ["multi_turn_base_1", "multi_turn_base_2", "multi_turn_miss_func_3", "multi_turn_miss_param_4",
          "multi_turn_long_context_5"]

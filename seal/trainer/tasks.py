@@ -1,0 +1,140 @@
+"""Which tasks a run trains and validates on: ``data.*_files`` or explicit ids, then the
+``seal.tasks`` filters. Both backends select their tasks here."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from seal.config import REPO_ROOT, ConfigError, to_plain
+from seal.types import TAG_TO_PAPER_LABEL, UNKNOWN_TAG, FailureTag, PaperLabel, category_of
+
+logger = logging.getLogger(__name__)
+
+
+def _files(value: Any) -> list[Path]:
+    files = [value] if isinstance(value, str) else list(to_plain(value) or [])
+    out = []
+    for f in files:
+        p = Path(f)
+        if not p.is_absolute() and not p.exists() and (REPO_ROOT / p).exists():
+            p = REPO_ROOT / p
+        out.append(p)
+    return out
+
+
+def ids_from_parquet(files: Sequence[Path], key: str) -> list[str]:
+    """Task ids of verl-format parquet files (``extra_info.index``), in file order."""
+    import pyarrow.parquet as pq
+
+    ids: list[str] = []
+    for path in files:
+        if not path.is_file():
+            raise ConfigError(f"{key}: {path} not found")
+        rows = pq.read_table(path, columns=["extra_info"]).column("extra_info").to_pylist()
+        ids.extend(str(r["index"]) for r in rows)
+    return ids
+
+
+def select_task_ids(
+    cfg: DictConfig, split: str, *, prompt_tokens: Callable[[str], int] | None = None,
+    default_max_prompt_tokens: int | None = None,
+) -> list[str]:
+    """The task ids of ``split`` (``train`` / ``val``) after the ``seal.tasks`` filters.
+
+    Source: ``seal.tasks.<split>_ids`` when set, else the ids in ``data.<split>_files``. Then,
+    in order: ``categories``; for the training split, ``from_tags`` / ``from_log`` (see
+    :func:`tasks_with_tags`); ``max_prompt_tokens`` (``default_max_prompt_tokens`` when unset;
+    needs ``prompt_tokens(task_id)``, the rendered initial prompt length, see
+    :mod:`seal.rollout.prompt_length`); the first ``max_<split>_tasks``.
+    """
+    from seal.rollout.prompt_length import fitting_tasks
+
+    t = cfg.seal.tasks
+    explicit = t.get(f"{split}_ids")
+    if explicit:
+        ids = [str(i) for i in explicit]
+    else:
+        ids = ids_from_parquet(_files(cfg.data.get(f"{split}_files")), f"data.{split}_files")
+    if t.categories:
+        wanted = set(t.categories)
+        ids = [i for i in ids if category_of(i) in wanted]
+    if split == "train" and t.get("from_tags"):
+        ids = tasks_with_tags(ids, t.get("from_log"), to_plain(t.from_tags))
+    max_tokens = t.max_prompt_tokens or default_max_prompt_tokens
+    if max_tokens and prompt_tokens is not None:
+        ids = fitting_tasks(ids, prompt_tokens, int(max_tokens), split=split)
+    limit = t.get(f"max_{split}_tasks")
+    if limit:
+        ids = ids[: int(limit)]
+    if not ids:
+        raise ConfigError(f"seal.tasks: no {split} task left after the filters; relax them or list "
+                          f"seal.tasks.{split}_ids")
+    return ids
+
+
+def expand_tags(wanted: Sequence[str]) -> set[str]:
+    """Failure-tag names for ``wanted``: each a :class:`FailureTag` value (or the pseudo-tag
+    ``unknown``), or a paper label (``invalid_tool_call``, ...) standing for the tags whose
+    default paper label it is (see ``seal.types.TAG_TO_PAPER_LABEL``)."""
+    tags = {str(t) for t in FailureTag} | {UNKNOWN_TAG}
+    labels = {str(label) for label in PaperLabel} - {str(PaperLabel.NONE)}
+    out: set[str] = set()
+    for name in wanted:
+        name = str(name)
+        if name in tags:
+            out.add(name)
+        elif name in labels:
+            mapped = {str(t) for t, label in TAG_TO_PAPER_LABEL.items() if str(label) == name}
+            if not mapped:
+                raise ConfigError(f"seal.tasks.from_tags: paper label {name!r} has no per-turn tag of its own (the "
+                                  "log records tags, not episode events); list failure tags instead")
+            out.update(mapped)
+        else:
+            raise ConfigError(f"seal.tasks.from_tags: unknown tag {name!r}; use failure tags {sorted(tags)} "
+                              f"or paper labels {sorted(labels)}")
+    return out
+
+
+def _log_file(path: Path) -> Path:
+    """The log file a ``from_log`` value names: a ``<step>.jsonl`` file, or the latest step
+    file of a ``validation_log`` directory (or of an experiment directory holding one)."""
+    from seal.eval.logs import step_of_file
+
+    if path.is_file():
+        return path
+    if (path / "validation_log").is_dir():
+        path = path / "validation_log"
+    steps = sorted((s, p) for p in path.glob("*.jsonl") if (s := step_of_file(p)) is not None) if path.is_dir() else []
+    if not steps:
+        raise ConfigError(f"seal.tasks.from_log: {path} is neither a log file nor a directory of <step>.jsonl "
+                          "logs; pass a validation log of a previous run or a `seal eval --out` directory")
+    return steps[-1][1]
+
+
+def tasks_with_tags(ids: Sequence[str], log_path: Any, wanted: Sequence[str]) -> list[str]:
+    """The ids (in their order) whose episodes in the log at ``log_path`` carry any of the
+    ``wanted`` tags (see :func:`expand_tags`). Runner errors carry no diagnosis and are
+    skipped; of the rest, the latest record of a (task, repeat) counts (a resumed run's redo)."""
+    from seal.eval.logs import read_log_file
+    from seal.eval.stats import dedupe_latest
+
+    if not log_path:
+        raise ConfigError("seal.tasks.from_tags needs seal.tasks.from_log: the validation log (or `seal eval` "
+                          "output directory) whose diagnoses select the tasks")
+    tags = expand_tags(wanted)
+    path = _log_file(_files(str(log_path))[0])
+    records = dedupe_latest([r for r in read_log_file(path) if not r.get("error") and "task_id" in r])
+    tagged = {str(r["task_id"]) for r in records if tags & set(r.get("tags") or [])}
+    kept = [i for i in ids if i in tagged]
+    logger.info("seal.tasks.from_tags %s: %d of %d logged tasks carry them (%s); %d of %d training tasks kept",
+                sorted(tags), len(tagged), len({str(r["task_id"]) for r in records}), path, len(kept), len(ids))
+    if not kept:
+        raise ConfigError(f"seal.tasks.from_tags: no training task carries {sorted(tags)} in {path} "
+                          f"({len(tagged)} logged tasks do); diagnose the training tasks first, e.g. "
+                          "`seal eval --split train --out DIR`, and pass DIR as seal.tasks.from_log")
+    return kept
