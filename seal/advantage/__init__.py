@@ -1,4 +1,7 @@
-"""Advantage computation: GRPO group advantages and A-Patch reweighting.
+"""Advantage reweighting after GRPO: A-Patch and the reweighter registry.
+
+The GRPO group advantages themselves are verl's ``compute_grpo_outcome_advantage``, which both
+trainers call.
 
 The torch-free parts (``APatchConfig``, ``trajectory_scale``, ``update_dynamic_weights``) load
 eagerly; the tensor functions load on first access, so importing the config does not import
@@ -21,7 +24,6 @@ from seal.advantage.weights import (
 )
 
 _LAZY = {
-    "grpo_advantages": "seal.advantage.grpo",
     "apatch_reweight": "seal.advantage.apatch",
     "apatch_reweight_reference": "seal.advantage.apatch",
     "apply_scales": "seal.advantage.apatch",
