@@ -34,6 +34,7 @@ DEFAULT_ENVIRONMENT = "bfcl"
 # name -> the module that registers it on import.
 BUILTIN: dict[str, str] = {
     "bfcl": "env_service.bfcl.plugin",
+    "notes": "env_service.notes",
 }
 
 _LOCK = threading.Lock()
