@@ -10,7 +10,8 @@ in-process environment, under the experiment config's budget (``seal.rollout.epi
         --tokenizer models/SmolLM2-135M-Instruct [--mode validate|sample] [-- key=value ...]
 
 Prints the fitting count under the config's budget and, for comparison, under the other budget
-mode, plus the count of tasks whose whole replay (no budget, observations not clipped) stays
+mode, then through ``seal eval``'s runner (``seal.eval.runner.run_episode``) under the config's
+budget, plus the count of tasks whose whole replay (no budget, observations not clipped) stays
 within ``max_model_len - response_length`` tokens.
 """
 
@@ -72,6 +73,47 @@ def replay(cfg: Any, tokenizer: Any, client: Any, task_ids: list[str], mode: str
     return out
 
 
+class OracleChatPolicy:
+    """A message-level policy for ``seal eval``'s runner that answers with the task's oracle messages
+    and counts tokens with the tokenizer's chat template, as a local checkpoint's policy does."""
+
+    def __init__(self, tokenizer: Any, messages: list[str]) -> None:
+        self.tokenizer, self.messages, self.calls = tokenizer, list(messages), 0
+
+    def count_tokens(self, messages: list[dict]) -> int:
+        ids = self.tokenizer.apply_chat_template([{"role": m["role"], "content": m["content"]} for m in messages],
+                                                 add_generation_prompt=True, tokenize=True)
+        return len(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+    def complete_with_usage(self, messages: list[dict], sampling: Any) -> Any:
+        from seal.eval.policies import Completion
+
+        text = self.messages[self.calls] if self.calls < len(self.messages) else "Done."
+        self.calls += 1
+        return Completion(text, self.count_tokens(messages), len(self.tokenizer.encode(text)), "stop")
+
+    def complete(self, messages: list[dict], sampling: Any) -> str:
+        return self.complete_with_usage(messages, sampling).text
+
+
+def replay_eval(cfg: Any, tokenizer: Any, client: Any, task_ids: list[str], *, progress: bool) -> dict[str, Any]:
+    """The same replay through ``seal eval``'s runner under the config's budget:
+    ``{task_id: (passed, terminated_reason, final_context_tokens)}``."""
+    from env_service.bfcl.tasks import TaskStore
+    from env_service.oracle import oracle_for_task
+    from seal.eval.policies import SamplingSettings
+    from seal.eval.runner import VALIDATE_PARAMS, run_episode
+    from seal.rollout.settings import RolloutSettings
+
+    store, budget, out = TaskStore.load(), RolloutSettings.from_config(cfg), {}
+    sampling = SamplingSettings(max_tokens=budget.per_call_tokens)
+    for task_id in tqdm(task_ids, desc="replay (seal eval)", disable=not progress):
+        policy = OracleChatPolicy(tokenizer, oracle_for_task(store.get(task_id)))
+        rec = run_episode(client, policy, task_id, params=dict(VALIDATE_PARAMS), sampling=sampling, budget=budget)
+        out[task_id] = (bool(rec.valid), rec.terminated_reason, policy.count_tokens(rec.messages))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     overrides = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -120,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         unbounded = OmegaConf.merge(cfg, {"seal": {"rollout": {"episode_budget": "context", "max_env_tokens": 10**7}},
                                           "actor_rollout_ref": {"rollout": {"max_model_len": 10**7}}})
         whole = replay(unbounded, tokenizer, client, ids, args.mode, progress=True)
+        evaluated = replay_eval(cfg, tokenizer, client, ids, progress=True)
     finally:
         client.close()
     n = len(ids)
@@ -129,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
           f"response_length {settings.response_length}, max_llm_calls {settings.max_llm_calls})")
     print(f"  episode_budget={settings.episode_budget} (this config): {fit[settings.episode_budget]}/{n} fit")
     print(f"  episode_budget={other}: {fit[other]}/{n} fit")
+    print(f"  seal eval (its runner, this config's budget): {sum(ok for ok, _, _ in evaluated.values())}/{n} fit")
     print(f"  whole unclipped replay within {settings.context_cap} tokens (prompt + every turn, observations "
           f"not clipped): {release}/{n}")
     return 0

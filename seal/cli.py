@@ -20,6 +20,21 @@ from typing import Any, Callable
 logger = logging.getLogger(__name__)
 
 
+DEFAULT_BUDGET_CONF = Path(__file__).resolve().parents[1] / "exp" / "SEAL.yaml"
+
+
+def budget_from_args(args: argparse.Namespace) -> Any:
+    """The episode budget of ``--conf`` (with ``--set`` overrides), as :class:`RolloutSettings`."""
+    from seal.config import ConfigError, compose_config
+    from seal.rollout.settings import RolloutSettings
+
+    try:
+        cfg = compose_config(args.conf, list(args.conf_overrides), check=False)
+        return RolloutSettings.from_config(cfg)
+    except (ConfigError, ValueError) as exc:
+        raise SystemExit(f"seal eval: --conf {args.conf}: {exc}") from None
+
+
 def add_eval_arguments(ap: argparse.ArgumentParser) -> None:
     src = ap.add_argument_group("policy (exactly one of --model / --endpoint)")
     src.add_argument("--model", help="local Hugging Face checkpoint directory")
@@ -49,8 +64,24 @@ def add_eval_arguments(ap: argparse.ArgumentParser) -> None:
     gen = ap.add_argument_group("generation (validation defaults: greedy, one sample)")
     gen.add_argument("--temperature", type=float, default=0.0)
     gen.add_argument("--top-p", type=float, default=1.0)
-    gen.add_argument("--max-new-tokens", type=int, default=512)
-    gen.add_argument("--max-llm-calls", type=int, default=20, help="LLM calls per episode (default %(default)s)")
+    gen.add_argument("--max-new-tokens", type=int, default=None,
+                     help="new tokens per LLM call (default: the budget's, seal.rollout.max_tokens_per_call "
+                          "or actor_rollout_ref.rollout.response_length of --conf)")
+    gen.add_argument("--max-llm-calls", type=int, default=None,
+                     help="LLM calls per episode (default: the budget's, seal.rollout.max_llm_calls of --conf)")
+
+    budget = ap.add_argument_group("episode budget (the trainers' own, read from the same config keys)")
+    budget.add_argument("--conf", type=Path, default=DEFAULT_BUDGET_CONF,
+                        help="experiment config whose episode budget applies: seal.rollout.{episode_budget, "
+                             "max_llm_calls, max_env_tokens, max_tokens_per_call, few_shot} and "
+                             "actor_rollout_ref.rollout.{max_model_len, response_length} (default: the paper "
+                             "recipe, exp/SEAL.yaml)")
+    budget.add_argument("--set", dest="conf_overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one key of --conf (repeatable), e.g. "
+                             "--set actor_rollout_ref.rollout.max_model_len=8192")
+    budget.add_argument("--tokenizer", help="--endpoint: a local tokenizer folder to count the context and clip "
+                                            "observations with, as the trainers do (without it the endpoint's "
+                                            "reported prompt tokens enforce the budget; observations unclipped)")
     gen.add_argument("--repeats", type=int, default=1, help="repeat the whole evaluation k times")
     gen.add_argument("--seed", type=int, default=0, help="seed of repeat 0; repeat r uses seed + r")
 
@@ -86,9 +117,12 @@ def build_policy(args: argparse.Namespace) -> Any:
     if not args.served_model:
         raise SystemExit("seal eval: --endpoint needs --served-model NAME")
     check_reachable(args)
+    if args.tokenizer and not (Path(args.tokenizer) / "tokenizer_config.json").is_file():
+        raise SystemExit(f"seal eval: --tokenizer {args.tokenizer}: no tokenizer_config.json there (a local "
+                         "tokenizer or checkpoint folder)")
     return OpenAIChatPolicy(args.endpoint, args.served_model, api_key=os.environ.get(args.api_key_env),
                             max_concurrency=args.concurrency, max_retries=args.max_retries,
-                            timeout_s=args.timeout)
+                            timeout_s=args.timeout, tokenizer_path=args.tokenizer)
 
 
 def client_factory(env_url: str | None) -> Callable[[], Any]:
@@ -113,12 +147,14 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     def split_csv(text: str | None) -> list[str] | None:
         return [t.strip() for t in text.split(",") if t.strip()] if text else None
 
+    budget = budget_from_args(args)
     return EvalSettings(
         split=args.split, task_ids=split_csv(args.tasks), categories=split_csv(args.categories),
         per_category=args.per_category, limit=args.limit, step=args.step, repeats=args.repeats,
-        seed=args.seed, concurrency=args.concurrency, max_llm_calls=args.max_llm_calls, params=params,
+        seed=args.seed, concurrency=args.concurrency, max_llm_calls=args.max_llm_calls, budget=budget,
+        params=params,
         sampling=SamplingSettings(temperature=args.temperature, top_p=args.top_p,
-                                  max_tokens=args.max_new_tokens),
+                                  max_tokens=args.max_new_tokens or budget.per_call_tokens),
         resume=not args.fresh, max_prompt_tokens=args.max_prompt_tokens,
         max_message_chars=args.max_message_chars, progress=not args.no_progress,
     )

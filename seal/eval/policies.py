@@ -95,6 +95,7 @@ class OpenAIChatPolicy:
     ``max_concurrency`` requests are in flight across threads; transient failures (connection
     errors, timeouts, 408/409/429/5xx) are retried ``max_retries`` times with jittered
     exponential backoff; other 4xx fail at once because retrying cannot fix them.
+    ``tokenizer_path``: the served model's tokenizer folder; gives the policy ``count_tokens``.
     """
 
     def __init__(
@@ -108,6 +109,7 @@ class OpenAIChatPolicy:
         timeout_s: float = 300.0,
         backoff_s: float = 1.0,
         transport: httpx.BaseTransport | None = None,
+        tokenizer_path: str | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency={max_concurrency} must be >= 1")
@@ -121,6 +123,20 @@ class OpenAIChatPolicy:
         self._client = httpx.Client(
             base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s, transport=transport
         )
+        # With the served model's tokenizer the runner counts the context and clips observations
+        # itself, as the trainers do; without one it has only the server's reported usage.
+        self.tokenizer = None
+        if tokenizer_path:
+            from transformers import AutoTokenizer
+
+            self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+            self.count_tokens = self._count_tokens
+
+    def _count_tokens(self, messages: list[dict[str, Any]]) -> int:
+        ids = self.tokenizer.apply_chat_template(
+            [{"role": m["role"], "content": m["content"]} for m in messages], add_generation_prompt=True,
+            tokenize=True)
+        return len(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
     def close(self) -> None:
         self._client.close()

@@ -14,11 +14,12 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
 from env_service.client import EnvError
+from seal.episode import EpisodeResult, Evaluation
 from seal.eval.logs import ValidationLogWriter, ValidationRecord, finished_keys, read_log_file
 from seal.eval.policies import (
     ChatPolicy,
@@ -28,10 +29,16 @@ from seal.eval.policies import (
     complete_with_usage,
 )
 from seal.eval.stats import OVERALL, category_mean, dedupe_latest, mean_std, pass_counts
+from seal.rewards import RewardConfig, episode_reward
+from seal.rollout.few_shot import with_few_shot
+from seal.rollout.settings import RolloutSettings
+from seal.rollout.tokens import clip_text
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_LLM_CALLS = 20
+DEFAULT_MAX_LLM_CALLS = RolloutSettings().max_llm_calls
+CONTEXT_OVERFLOW = "context_overflow"  # the reason the trainers' episode runner gives too
+DEFAULT_OBSERVATION_ROLE = "user"
 VALIDATE_PARAMS: dict[str, Any] = {"rollout_mode": "validate"}
 
 
@@ -48,7 +55,8 @@ class EvalSettings:
     repeats: int = 1
     seed: int = 0
     concurrency: int = 4
-    max_llm_calls: int = DEFAULT_MAX_LLM_CALLS
+    max_llm_calls: int | None = None
+    budget: RolloutSettings = field(default_factory=RolloutSettings)
     params: dict[str, Any] = field(default_factory=dict)
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     resume: bool = True
@@ -57,6 +65,9 @@ class EvalSettings:
     progress: bool = True
 
     def __post_init__(self) -> None:
+        if self.max_llm_calls is not None:  # an explicit limit overrides the budget's
+            self.budget = replace(self.budget, max_llm_calls=self.max_llm_calls)
+        self.max_llm_calls = self.budget.max_llm_calls
         for name in ("repeats", "concurrency", "max_llm_calls"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
@@ -70,13 +81,14 @@ class EvalSettings:
 # --------------------------------------------------------------------------- one episode
 
 
-def _unpack_create(created: Any) -> tuple[str, list[dict[str, Any]]]:
-    """``(instance_id, messages)`` from a client ``create`` result (a CreateResult or a tuple)."""
+def _unpack_create(created: Any) -> tuple[str, list[dict[str, Any]], dict[str, Any]]:
+    """``(instance_id, messages, info)`` from a client ``create`` result (a CreateResult or a tuple)."""
     if hasattr(created, "instance_id") and hasattr(created, "messages"):
-        return str(created.instance_id), [dict(m) for m in created.messages]
+        return (str(created.instance_id), [dict(m) for m in created.messages],
+                dict(getattr(created, "info", None) or {}))
     if not isinstance(created, tuple) or len(created) < 2:
         raise TypeError(f"EnvClient.create returned {type(created).__name__}; expected a CreateResult")
-    return str(created[0]), [dict(m) for m in created[1]]
+    return str(created[0]), [dict(m) for m in created[1]], dict(created[2] if len(created) > 2 else {})
 
 
 def _unpack_step(outcome: Any) -> tuple[str | None, bool, dict[str, Any]]:
@@ -94,38 +106,6 @@ def _unpack_step(outcome: Any) -> tuple[str | None, bool, dict[str, Any]]:
     return obs, bool(terminated), dict(info or {})
 
 
-def _interpret_evaluation(result: Any) -> dict[str, Any]:
-    """Normalise ``evaluate(sparse=False)`` into the record's verdict fields."""
-    if isinstance(result, (int, float)):
-        score = float(result)
-        return {"score": score, "reward": score, "valid": score >= 1.0}
-    if not isinstance(result, dict):
-        raise TypeError(f"evaluate returned {type(result).__name__}; expected a dict or a float")
-    check = result.get("check") if isinstance(result.get("check"), dict) else result
-    valid = check.get("valid")
-    score = result.get("score", result.get("accuracy"))
-    if score is None:
-        if valid is None:
-            raise KeyError(f"evaluate result has none of score/accuracy/valid: {sorted(result)}")
-        score = 1.0 if valid else 0.0
-    if valid is None:
-        valid = float(score) >= 1.0
-    out = {
-        "score": float(score),
-        "reward": float(result.get("reward", score)),
-        "valid": bool(valid),
-        "error_type": check.get("error_type"),
-        "tags": [str(t) for t in (check.get("tags") or check.get("failure_tags") or [])],
-        "model_turns": result.get("model_turns", check.get("model_turns")),
-    }
-    extra = {k: check[k] for k in ("passed_turns", "scorable_turns", "progress", "failed_turn", "events")
-             if k in check}
-    if "terminated_reason" in result:  # the environment's own reason, next to the runner's
-        extra["env_terminated_reason"] = result["terminated_reason"]
-    out["extra"] = extra
-    return out
-
-
 def run_episode(
     client: Any,
     policy: ChatPolicy,
@@ -133,26 +113,34 @@ def run_episode(
     *,
     params: dict[str, Any],
     sampling: SamplingSettings,
-    max_llm_calls: int = DEFAULT_MAX_LLM_CALLS,
+    budget: RolloutSettings | None = None,
+    max_llm_calls: int | None = None,
     step: int = 0,
     split: str | None = None,
     repeat: int = 0,
 ) -> ValidationRecord:
-    """Run one validation episode and return its log record (errors are recorded, not raised)."""
+    """Run one validation episode and return its log record (errors are recorded, not raised).
+
+    ``budget``: the episode budget the trainers apply (:class:`RolloutSettings`, from the same
+    config keys; default the paper recipe's); ``max_llm_calls`` overrides its LLM-call limit.
+    """
+    budget = budget or RolloutSettings()
+    if max_llm_calls is not None:
+        budget = replace(budget, max_llm_calls=max_llm_calls)
     t0 = time.monotonic()
     record = ValidationRecord(
         task_id=task_id, data_source=task_id.rsplit("_", 1)[0], split=split, step=step,
-        score=0.0, reward=0.0, valid=False, generation=_generation_dict(sampling, max_llm_calls),
+        score=0.0, reward=0.0, valid=False, generation=_generation_dict(sampling, budget),
         repeat=repeat, seed=sampling.seed,
     )
     instance_id: str | None = None
+    evaluation: Evaluation | None = None
     try:
-        instance_id, record.messages = _unpack_create(client.create(task_id, params))
-        record.terminated_reason = _dialogue(client, policy, instance_id, record, sampling,
-                                             max_llm_calls)
-        verdict = _interpret_evaluation(client.evaluate(instance_id, sparse=False))
-        for key, value in verdict.items():
-            setattr(record, key, value)
+        instance_id, messages, info = _unpack_create(client.create(task_id, params))
+        record.messages = with_few_shot(messages, budget.few_shot)
+        role = str(info.get("observation_role") or DEFAULT_OBSERVATION_ROLE)
+        record.terminated_reason = _dialogue(client, policy, instance_id, record, sampling, budget, role)
+        evaluation = Evaluation.from_wire(client.evaluate(instance_id, sparse=False))
     except (PolicyError, EnvError, OSError) as exc:
         # The LLM or the environment failed after its retries: the episode is errored (not
         # scored), reported in one line; the same command redoes it.
@@ -167,30 +155,67 @@ def run_episode(
     finally:
         if instance_id is not None:
             _release(client, instance_id)
-    record.elapsed_s = round(time.monotonic() - t0, 3)
+    record = _to_record(record, evaluation, elapsed_s=round(time.monotonic() - t0, 3))
     logger.info("%s: score %.1f, %d LLM calls, %s, %.1fs%s", task_id, record.score, record.num_llm_calls,
                 record.terminated_reason, record.elapsed_s, f", error: {record.error}" if record.error else "")
     return record
 
 
+def _to_record(scratch: ValidationRecord, evaluation: Evaluation | None, *, elapsed_s: float) -> ValidationRecord:
+    """The episode's log line through the one constructor the trainers use: ``scratch`` holds what
+    the dialogue gathered; the score is the binary verdict (``seal.rewards.episode_reward``)."""
+    result = EpisodeResult(
+        task_id=scratch.task_id, category=scratch.data_source, rollout_mode=VALIDATE_PARAMS["rollout_mode"],
+        evaluation=evaluation, num_llm_calls=scratch.num_llm_calls, num_prompt_tokens=scratch.num_prompt_tokens,
+        num_response_tokens=scratch.num_response_tokens, terminated_reason=scratch.terminated_reason,
+        messages=tuple(scratch.messages), error=scratch.error)
+    reward = episode_reward(result, cfg=RewardConfig(), train=False)
+    return ValidationRecord.from_episode(result.with_reward(reward.score, reward.meta), step=scratch.step,
+                                         split=scratch.split, generation=scratch.generation, repeat=scratch.repeat,
+                                         seed=scratch.seed, elapsed_s=elapsed_s)
+
+
 def _dialogue(
     client: Any, policy: ChatPolicy, instance_id: str, record: ValidationRecord,
-    sampling: SamplingSettings, max_llm_calls: int,
+    sampling: SamplingSettings, budget: RolloutSettings, observation_role: str,
 ) -> str:
-    """The policy/environment loop; returns why it stopped. Appends to ``record.messages``."""
-    while record.num_llm_calls < max_llm_calls:
+    """The policy/environment loop under the trainers' episode budget; returns why it stopped.
+
+    With a policy that counts tokens (a local checkpoint), the context is counted before each call
+    and the call gets at most the budget's room; observations are clipped to ``max_env_tokens``.
+    An endpoint counts for us: a call whose reported prompt already reached the budget is
+    discarded, so the episode ends exactly where the trainers' runner stops it.
+    """
+    counter = getattr(policy, "count_tokens", None)
+    tokenizer = getattr(policy, "tokenizer", None)
+    prompt_tokens: int | None = None
+    while record.num_llm_calls < budget.max_llm_calls:
+        call = sampling
+        if counter is not None:
+            context = counter(record.messages)
+            prompt_tokens = context if prompt_tokens is None else prompt_tokens
+            room = budget.room(context, context - prompt_tokens)
+            if room < 1:
+                return CONTEXT_OVERFLOW
+            call = replace(sampling, max_tokens=min(room, sampling.max_tokens))
         try:
-            comp = complete_with_usage(policy, record.messages, sampling)
+            comp = complete_with_usage(policy, record.messages, call)
         except ContextOverflowError as exc:
             logger.info("%s: stopping, %s", record.task_id, exc)
-            return "context_overflow"
+            return CONTEXT_OVERFLOW
+        if counter is None and comp.prompt_tokens:
+            prompt_tokens = comp.prompt_tokens if prompt_tokens is None else prompt_tokens
+            if budget.room(comp.prompt_tokens, comp.prompt_tokens - prompt_tokens) < 1:
+                return CONTEXT_OVERFLOW
         record.num_llm_calls += 1
         record.num_prompt_tokens += comp.prompt_tokens
         record.num_response_tokens += comp.completion_tokens
         record.messages.append({"role": "assistant", "content": comp.text})
         obs, terminated, _info = _unpack_step(client.step(instance_id, comp.text))
         if obs is not None:
-            record.messages.append({"role": "user", "content": obs})
+            if tokenizer is not None:
+                obs, _clipped = clip_text(tokenizer, obs, budget.max_env_tokens)
+            record.messages.append({"role": observation_role, "content": obs})
         if terminated:
             return "terminated"
     return "max_llm_calls"
@@ -203,10 +228,10 @@ def _release(client: Any, instance_id: str) -> None:
         logger.warning("release of instance %s failed", instance_id, exc_info=True)
 
 
-def _generation_dict(sampling: SamplingSettings, max_llm_calls: int) -> dict[str, Any]:
+def _generation_dict(sampling: SamplingSettings, budget: RolloutSettings) -> dict[str, Any]:
     out = sampling.to_dict()
-    out["max_llm_calls"] = max_llm_calls
-    out["n"] = 1
+    out.update(max_llm_calls=budget.max_llm_calls, n=1, episode_budget=budget.episode_budget,
+               max_model_len=budget.max_model_len, response_length=budget.response_length)
     return out
 
 
@@ -265,7 +290,7 @@ def filter_prompt_length(
     for tid in ids:
         if limit is not None and len(kept) >= limit:
             break
-        instance_id, messages = _unpack_create(client.create(tid, params))
+        instance_id, messages, _info = _unpack_create(client.create(tid, params))
         try:
             n = counter(messages)
         finally:
@@ -399,7 +424,7 @@ def _run_repeat(
 
     def work(tid: str) -> ValidationRecord:
         return run_episode(client(), policy, tid, params=settings.episode_params(),
-                           sampling=sampling, max_llm_calls=settings.max_llm_calls,
+                           sampling=sampling, budget=settings.budget,
                            step=settings.step, split=split_of(tid), repeat=repeat)
 
     bar = _progress(len(todo), f"repeat {repeat}", settings.progress)

@@ -109,6 +109,19 @@ class RolloutSettings:
         """The release's episode budget: no LLM call once the raw context has this many tokens."""
         return self.max_model_len - self.response_length
 
+    def room(self, context: int, continuation: int) -> int:
+        """New tokens the next LLM call may write; < 1 means the episode's budget is spent.
+
+        The one statement of the episode budget, for the trainers' episode runner and ``seal eval``.
+        ``context``: the raw context the call would see (prompt, every turn so far, the pending
+        observation); ``continuation``: its part after the initial prompt. ``context`` budget (the
+        release's): no call once ``context`` reaches :attr:`context_cap`, and a call writes at most
+        up to ``max_model_len``. ``response`` budget: the continuation stays within ``response_length``.
+        """
+        if self.episode_budget == "context":
+            return 0 if context >= self.context_cap else self.max_model_len - context
+        return min(self.response_length - continuation, self.max_model_len - context)
+
     @classmethod
     def from_config(cls, cfg: Any) -> RolloutSettings:
         """Settings from a composed experiment config (DictConfig or nested dict)."""

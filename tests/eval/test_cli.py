@@ -38,3 +38,19 @@ def test_settings_from_arguments():
 def test_python_dash_m_seal_eval_is_the_eval_subcommand():
     out = subprocess.run([sys.executable, "-m", "seal.eval", "--help"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "usage: seal eval" in out.stdout and "--repeats" in out.stdout
+
+
+def test_the_episode_budget_comes_from_the_experiment_config():
+    # Default: the paper recipe's budget (exp/SEAL.yaml), the same keys the trainers read.
+    s = settings_from_args(build_parser().parse_args(["eval", "--endpoint", "http://x/v1", "--served-model", "m"]))
+    assert (s.budget.episode_budget, s.budget.max_model_len, s.budget.response_length) == ("context", 16384, 4096)
+    assert s.budget.context_cap == 12288 and s.max_llm_calls == 20 and s.sampling.max_tokens == 4096
+    args = build_parser().parse_args([
+        "eval", "--endpoint", "http://x/v1", "--served-model", "m", "--conf", "exp/quickstart.yaml",
+        "--set", "actor_rollout_ref.rollout.max_model_len=6000", "--set", "seal.rollout.episode_budget=response"])
+    s = settings_from_args(args)
+    assert s.budget.max_model_len == 6000 and s.budget.episode_budget == "response"
+    assert s.max_llm_calls == 3 and s.sampling.max_tokens == 96  # quickstart's max_llm_calls, max_tokens_per_call
+    bad = build_parser().parse_args(["eval", "--endpoint", "http://x/v1", "--conf", "exp/nope.yaml"])
+    with pytest.raises(SystemExit, match="--conf exp/nope.yaml"):
+        settings_from_args(bad)

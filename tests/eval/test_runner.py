@@ -11,12 +11,14 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+from dataclasses import replace
 
 import pytest
 
 from seal.eval.logs import read_log_file
-from seal.eval.policies import ContextOverflowError, SamplingSettings
+from seal.eval.policies import Completion, ContextOverflowError, SamplingSettings
 from seal.eval.runner import EvalSettings, run_episode, run_eval
+from seal.rollout.settings import RolloutSettings
 
 
 class FakeEnv:
@@ -124,6 +126,58 @@ def test_llm_call_cap_and_release_on_errors():
     rec = run_episode(env, ScriptedPolicy(overflow_after=3), "multi_turn_base_9", params={},
                       sampling=SamplingSettings())
     assert rec.terminated_reason == "context_overflow" and rec.num_llm_calls == 1 and rec.error is None
+
+
+class UsagePolicy(ScriptedPolicy):
+    """An endpoint-like policy: no tokenizer, only the server's usage (100 prompt tokens a message)."""
+
+    def complete_with_usage(self, messages, sampling):
+        text = self.complete(messages, sampling)
+        return Completion(text, prompt_tokens=100 * len(messages), completion_tokens=5, finish_reason="stop")
+
+
+class CountingPolicy(ScriptedPolicy):
+    """A local-checkpoint-like policy: counts the context itself (100 tokens a message)."""
+
+    def count_tokens(self, messages):
+        return 100 * len(messages)
+
+
+def test_the_trainers_budget_ends_an_endpoint_episode_on_its_reported_usage():
+    # Context cap 700 - 200 = 500 tokens: the call that sees 6 messages (600 tokens) is discarded,
+    # as the trainers' runner would not have made it.
+    budget = RolloutSettings(max_model_len=700, response_length=200)
+    env, policy = FakeEnv(turns=3), UsagePolicy()
+    rec = run_episode(env, policy, "multi_turn_base_4", params={}, sampling=SamplingSettings(), budget=budget)
+    assert rec.terminated_reason == "context_overflow" and not rec.valid and rec.error is None
+    assert policy.calls == 3 and rec.num_llm_calls == 2 and len(rec.messages) == 6
+    assert rec.generation["episode_budget"] == "context" and rec.generation["max_model_len"] == 700
+
+
+def test_a_counting_policy_is_stopped_before_the_call_and_its_calls_get_the_room_left():
+    budget = RolloutSettings(max_model_len=700, response_length=200)
+    env, policy = FakeEnv(turns=3), CountingPolicy()
+    rec = run_episode(env, policy, "multi_turn_base_4", params={}, sampling=SamplingSettings(max_tokens=512),
+                      budget=budget)
+    assert rec.terminated_reason == "context_overflow" and policy.calls == 2 and rec.num_llm_calls == 2
+    assert [s.max_tokens for s in policy.seen_sampling] == [min(512, 700 - 200), min(512, 700 - 400)]
+    # The response budget counts the continuation after the prompt (2 messages) instead: 200
+    # tokens of continuation after one call and its observation spend response_length=200.
+    env, policy = FakeEnv(turns=3), CountingPolicy()
+    rec = run_episode(env, policy, "multi_turn_base_4", params={}, sampling=SamplingSettings(),
+                      budget=replace(budget, episode_budget="response", max_model_len=10_000))
+    assert rec.terminated_reason == "context_overflow" and rec.num_llm_calls == 1
+
+
+def test_observations_take_the_role_the_environment_names():
+    class IpythonEnv(FakeEnv):
+        def create(self, task_id, params):
+            iid, messages, info = super().create(task_id, params)
+            return iid, messages, {**info, "observation_role": "ipython"}
+
+    rec = run_episode(IpythonEnv(turns=1), ScriptedPolicy(), "multi_turn_base_4", params={},
+                      sampling=SamplingSettings())
+    assert rec.valid and [m["role"] for m in rec.messages] == ["system", "user", "assistant", "ipython", "assistant", "ipython"]
 
 
 def _ids(n: int) -> list[str]:

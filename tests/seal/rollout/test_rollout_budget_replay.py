@@ -1,6 +1,7 @@
 """The release's episode budget on a real long-context task: its ground truth fits the whole-context
 cap (max_model_len - response_length) but not a continuation capped at response_length, and the
-training tensors are cut without changing the verdict."""
+training tensors are cut without changing the verdict. ``seal eval``'s runner applies the same
+budget from the same keys."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ TASK = "multi_turn_long_context_8"
 def replayed() -> dict[str, Any]:
     if not (MODEL_DIR / "tokenizer.json").is_file():
         pytest.skip("models/SmolLM2-135M-Instruct is missing; run install.sh")
-    from budget_replay import replay
+    from budget_replay import replay, replay_eval
     from transformers import AutoTokenizer
 
     from env_service.client import EnvClient
@@ -37,6 +38,11 @@ def replayed() -> dict[str, Any]:
         out = {mode: replay(cfg, tokenizer, client, [TASK], mode, progress=False)[TASK] for mode in ("validate", "sample")}
         older = OmegaConf.merge(cfg, {"seal": {"rollout": {"episode_budget": "response"}}})
         out["response"] = replay(older, tokenizer, client, [TASK], "validate", progress=False)[TASK]
+        out["eval"] = replay_eval(cfg, tokenizer, client, [TASK], progress=False)[TASK]
+        out["eval_response"] = replay_eval(older, tokenizer, client, [TASK], progress=False)[TASK]
+        short = OmegaConf.merge(cfg, {"actor_rollout_ref": {"rollout": {"max_model_len": 4096 + 8000}}})
+        out["train_short"] = replay(short, tokenizer, client, [TASK], "validate", progress=False)[TASK]
+        out["eval_short"] = replay_eval(short, tokenizer, client, [TASK], progress=False)[TASK]
     finally:
         client.close()
     return out
@@ -54,3 +60,17 @@ def test_training_and_validation_use_the_same_budget(replayed):
 def test_a_continuation_capped_at_response_length_cuts_it_short(replayed):
     passed, reason, _ = replayed["response"]
     assert not passed and reason == "context_overflow"
+
+
+def test_seal_eval_fits_what_the_trainers_fit(replayed):
+    passed, reason, context = replayed["eval"]
+    assert passed and reason == "terminated" and context <= 16384 - 4096 + 4096
+
+
+def test_seal_eval_stops_where_the_trainers_stop(replayed):
+    # The continuation cap and a context cap of 8,000 tokens both end the replay early, in the
+    # trainers' runner and in seal eval alike (before, seal eval ran every episode to its end).
+    for train, evaluated in (("response", "eval_response"), ("train_short", "eval_short")):
+        assert not replayed[train][0] and replayed[train][1] == "context_overflow"
+        assert not replayed[evaluated][0] and replayed[evaluated][1] == "context_overflow"
+    assert replayed["eval_short"][2] >= 8000
