@@ -123,11 +123,11 @@ def _check_node(node: Any, ref: Any, path: str) -> None:
 
 
 def _check_open_map(node: Any, path: str) -> None:
-    from seal.types import FailureTag
+    from seal.tags import known_tags
 
     if not isinstance(node, DictConfig):
         raise ConfigError(f"{path}: expected a mapping of tag -> weight")
-    known = {t.value for t in FailureTag}
+    known = known_tags()
     for key, value in node.items():
         if key not in known:
             raise ConfigError(f"{path}.{key}: unknown failure tag (known: {', '.join(sorted(known))})")

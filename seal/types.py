@@ -1,7 +1,8 @@
 """Shared vocabulary: failure tags, the paper's labels, and the records that carry them.
 
-This module is the only place where tag names are spelled. Everything else imports
-``FailureTag`` (a ``StrEnum``, so a tag compares equal to its string and serialises as one).
+This module is the only place where the release's tag names are spelled. Everything else imports
+``FailureTag`` (a ``StrEnum``, so a tag compares equal to its string and serialises as one); the
+tags' definitions, and any research tag, are registered in :mod:`seal.tags`.
 It also holds one small helper, :func:`dataclass_from_mapping`, that the config dataclasses of
 the core use to build themselves from plain (YAML-derived) dicts with a clear error on a typo.
 """
@@ -16,10 +17,11 @@ from typing import Any, TypeVar
 
 
 class FailureTag(StrEnum):
-    """One label per ground-truth turn, as the release's per-turn scorer emits them.
+    """The release's nine labels, one per ground-truth turn.
 
-    The first matching rule wins, in the order the members are listed (``checker_error`` is
-    checked twice: around the state check and around the response check).
+    Their definitions (priority, evidence rule, A-Patch weight, guideline line, description,
+    paper label) are registered in :mod:`seal.tags`, which also holds any research tag added
+    beside them.
     """
 
     GT_ERROR = "gt_error"
@@ -34,49 +36,20 @@ class FailureTag(StrEnum):
 
     @property
     def description(self) -> str:
-        return TAG_DESCRIPTIONS[self]
+        from seal.tags import get_tag
+
+        return get_tag(self).description
 
     @property
     def paper_label(self) -> PaperLabel:
         """The paper's label for this tag when no episode event refines it."""
-        return TAG_TO_PAPER_LABEL[self]
+        from seal.tags import get_tag
 
+        return get_tag(self).paper_label
 
-TAG_DESCRIPTIONS: dict[FailureTag, str] = {
-    FailureTag.GT_ERROR: "Executing the ground-truth calls of this turn raised; the turn cannot be judged.",
-    FailureTag.SPURIOUS_TOOL_CALL: "The right move was to abstain (empty ground truth), but the model called a tool.",
-    FailureTag.CORRECT_ABSTENTION: "The ground truth is empty and the model made no call: a correct abstention.",
-    FailureTag.EMPTY_TURN_MODEL_RESPONSE: "The ground truth has calls, but the model made no accepted call in this turn.",
-    FailureTag.INSTANCE_MISMATCH: "No model call of the turn executed cleanly, so the backend instances never matched.",
-    FailureTag.CHECKER_ERROR: "The state or response checker itself raised while judging this turn.",
-    FailureTag.STATE_MISMATCH: "After the turn, the backend state differs from the ground truth's.",
-    FailureTag.RESPONSE_MISMATCH: "State matches, but a ground-truth result is missing from the model's results so far.",
-    FailureTag.PASS: "Both the state check and the cumulative response check passed.",
-}
-
-# Tags that say nothing about the policy: excluded from A-Patch averaging and from prevalence.
-EXCLUDED_TAGS: frozenset[FailureTag] = frozenset({FailureTag.CHECKER_ERROR, FailureTag.GT_ERROR})
 
 # The pseudo-tag the capability state records for an episode that carries no tags at all.
 UNKNOWN_TAG = "unknown"
-
-# Tags that are not failures of the policy. Guideline evolution never writes a guideline for
-# these (nor for the excluded tags or the pseudo-tag): there is nothing to correct.
-NON_FAILURE_TAGS: frozenset[FailureTag] = frozenset({FailureTag.PASS, FailureTag.CORRECT_ABSTENTION})
-GUIDELINE_EXCLUDED_TAGS: frozenset[str] = frozenset(EXCLUDED_TAGS | NON_FAILURE_TAGS | {UNKNOWN_TAG})
-
-# A-Patch static base weights (the release's defaults).
-DEFAULT_TAG_WEIGHTS: dict[FailureTag, float] = {
-    FailureTag.GT_ERROR: 1.0,
-    FailureTag.SPURIOUS_TOOL_CALL: 2.0,
-    FailureTag.CORRECT_ABSTENTION: 1.8,
-    FailureTag.EMPTY_TURN_MODEL_RESPONSE: 1.5,
-    FailureTag.INSTANCE_MISMATCH: 0.6,
-    FailureTag.CHECKER_ERROR: 1.0,
-    FailureTag.STATE_MISMATCH: 1.0,
-    FailureTag.RESPONSE_MISMATCH: 0.9,
-    FailureTag.PASS: 1.0,
-}
 
 
 class PaperLabel(StrEnum):
@@ -105,28 +78,13 @@ PAPER_LABEL_DESCRIPTIONS: dict[PaperLabel, str] = {
     PaperLabel.NONE: "Not a failure: a pass, a correct abstention, or a turn the checker could not judge.",
 }
 
-# Per-turn tag -> paper label, when nothing else is known about the episode. Episode events
-# (parse errors, unavailable tools, tool errors followed by failure, the called tool names)
-# refine this; see ``seal.diagnosis.labels.paper_labels``.
-TAG_TO_PAPER_LABEL: dict[FailureTag, PaperLabel] = {
-    FailureTag.GT_ERROR: PaperLabel.NONE,
-    FailureTag.SPURIOUS_TOOL_CALL: PaperLabel.INVALID_TOOL_CALL,
-    FailureTag.CORRECT_ABSTENTION: PaperLabel.NONE,
-    FailureTag.EMPTY_TURN_MODEL_RESPONSE: PaperLabel.MISSING_TOOL_CALL,
-    FailureTag.INSTANCE_MISMATCH: PaperLabel.RECOVERY_FAILURE,
-    FailureTag.CHECKER_ERROR: PaperLabel.NONE,
-    FailureTag.STATE_MISMATCH: PaperLabel.STATE_MISMATCH,
-    FailureTag.RESPONSE_MISMATCH: PaperLabel.RESPONSE_MISMATCH,
-    FailureTag.PASS: PaperLabel.NONE,
-}
-
 
 @dataclass(frozen=True)
 class TurnDiagnosis:
     """What the per-turn pass found for one ground-truth turn."""
 
     index: int
-    tag: FailureTag
+    tag: str  # a registered failure tag (a ``FailureTag`` for the release's nine)
     valid: bool | None  # None: not scorable (ground truth empty)
     irrelevance: bool | None = None  # for empty-GT turns: True iff the model abstained
     errors: tuple[str, ...] = ()
@@ -165,3 +123,28 @@ def dataclass_from_mapping(cls: type[_T], data: Mapping[str, Any] | _T | None, *
     if unknown:
         raise ValueError(f"{section}: unknown key(s) {unknown}; known keys: {sorted(known)}")
     return cls(**dict(data))
+
+
+# Views of the release's nine tags, read from their registered definitions in ``seal.tags``
+# (which imports this module, hence computed on first access). Library code reads the registry
+# itself, so that registered research tags are included.
+_RELEASE_TAG_VIEWS = {
+    "TAG_DESCRIPTIONS": lambda d: d.description,
+    "DEFAULT_TAG_WEIGHTS": lambda d: d.weight,
+    "TAG_TO_PAPER_LABEL": lambda d: d.paper_label,
+}
+
+
+def __getattr__(name: str) -> Any:
+    from seal import tags
+
+    release = [tags.get_tag(t) for t in FailureTag]
+    if name in _RELEASE_TAG_VIEWS:
+        return {FailureTag(d.name): _RELEASE_TAG_VIEWS[name](d) for d in release}
+    if name == "EXCLUDED_TAGS":
+        return frozenset(FailureTag(d.name) for d in release if d.excluded)
+    if name == "NON_FAILURE_TAGS":
+        return frozenset(FailureTag(d.name) for d in release if not d.failure and not d.excluded)
+    if name == "GUIDELINE_EXCLUDED_TAGS":
+        return frozenset(str(d.name) for d in release if d.excluded or not d.failure) | {UNKNOWN_TAG}
+    raise AttributeError(f"module 'seal.types' has no attribute {name!r}")

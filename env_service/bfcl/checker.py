@@ -10,7 +10,8 @@ objects made for this call only) and, turn by turn:
   from the ground truth's is ``multi_turn:force_terminated``, as BFCL's eval runner rules before
   checking;
 * keeps going after the first failure, on the model's own accumulated state (missing model turns
-  count as empty), and tags every ground-truth turn with ``seal.diagnosis.tagging.tag_turn``.
+  count as empty), gathers each ground-truth turn's :class:`seal.tags.TurnEvidence` and tags the
+  turn with the registered tag rules (:func:`seal.tags.classify_turn`).
 
 The release computed its tags on instances its runner had already advanced; here both the
 verdict and the tags come from the same single pass on instances created for it.
@@ -27,8 +28,8 @@ from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import is_empty_exe
 
 from env_service.bfcl.executor import DEFAULT_CALL_TIMEOUT_S, Executor
 from env_service.bfcl.tasks import is_long_context
-from seal.diagnosis.tagging import tag_turn
-from seal.types import FailureTag, TurnDiagnosis
+from seal.tags import TurnEvidence, classify_turn
+from seal.types import TurnDiagnosis
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ class EpisodeCheck:
     valid: bool
     error_type: str | None
     error_message: str | None
-    tags: list[FailureTag]
+    tags: list[str]
     turns: list[TurnDiagnosis]
     passed_turns: int
     scorable_turns: int
@@ -168,10 +169,12 @@ def check_episode(model_turns: list[list[list[str]]], gt_turns: list[list[str]],
     for k, gt_calls in enumerate(gt_turns):
         steps = model_turns[k] if k < len(model_turns) else []
         model_executed = False
+        turn_results: list[str] = []
         for step in steps:
             step_run = model_ex.run(step)
-            all_model_results.extend(r.text for r in step_run)
+            turn_results.extend(r.text for r in step_run)
             model_executed |= any(r.error not in _NOT_EXECUTED_KINDS for r in step_run)
+        all_model_results.extend(turn_results)
         gt_run = gt_ex.run(gt_calls)
         gt_results = [r.text for r in gt_run]
         gt_error = any(r.error in _GT_ERROR_KINDS for r in gt_run)
@@ -192,14 +195,17 @@ def check_episode(model_turns: list[list[list[str]]], gt_turns: list[list[str]],
             if verdict is not None:
                 failed_turn = k
 
-        tag = tag_turn(
+        evidence = TurnEvidence(
             gt_error=gt_error, gt_empty=not gt_calls, model_called=model_called, model_empty=model_empty,
             instances_match=bool(gt_ex.instances) and set(model_ex.instances) == set(gt_ex.instances),
             model_executed=model_executed,
             state_valid=None if outcome.state is None else outcome.state["valid"],
             response_valid=None if outcome.response is None else outcome.response["valid"],
+            model_calls=tuple(c for s in steps for c in s), gt_calls=tuple(gt_calls),
+            model_results=tuple(turn_results),
         )
-        valid: bool | None = None if not gt_calls and not gt_error else tag == FailureTag.PASS
+        tag = classify_turn(evidence)
+        valid: bool | None = None if not gt_calls and not gt_error else evidence.passed
         irrelevance = (not model_called) if not gt_calls else None
         turns.append(TurnDiagnosis(index=k, tag=tag, valid=valid, irrelevance=irrelevance,
                                    errors=tuple(_clip(e) for e in outcome.errors)))

@@ -2,8 +2,8 @@
 
 Each episode's advantage row is multiplied by a scale: the mean weight of its per-turn
 failure tags, clipped to [min_scale, max_scale]. The weights are static base weights, or the
-closed-loop weights that :meth:`seal.diagnosis.CapabilityState.update_dynamic_weights` moves
-toward prevalent, unsolved failure tags each step. Everything here is pure: inputs are never
+closed-loop weights that :mod:`seal.advantage.dynamic` moves toward prevalent, unsolved failure
+tags each step. Everything here is pure: inputs are never
 mutated, and the metrics come back as a dict under ``cfg.metric_prefix``.
 
 The scale is applied after group normalisation, as in the release: a group whose rollouts all
@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from seal.advantage.registry import register_reweighter
+from seal.advantage.dynamic import step_dynamic_weights
 from seal.advantage.weights import APatchConfig, BudgetConfig, trajectory_scale, update_dynamic_weights
 
 __all__ = [
@@ -84,12 +85,14 @@ def budget_scales(
 def resolve_tag_weights(cfg: APatchConfig, step: int, state: Any | None = None) -> dict[str, float]:
     """The weights A-Patch should use at ``step``: one call per training step, after ``observe``.
 
-    Dynamic and not in warm-up with a capability ``state``: the state's EMA update (which
-    mutates the state's stored weights). Otherwise the static ``cfg.tag_weights``. During
-    warm-up no dynamic update happens, as in the release.
+    Dynamic and not in warm-up with a capability ``state``: one EMA step from the state's tag
+    statistics, stored back in ``state.dynamic_tag_weights`` (saved and resumed with the state).
+    Otherwise the static ``cfg.tag_weights``. During warm-up no dynamic update happens, as in
+    the release.
     """
     if cfg.dynamic.enable and state is not None and step >= cfg.warmup_steps:
-        return state.update_dynamic_weights(cfg.tag_weights, cfg)
+        state.dynamic_tag_weights = step_dynamic_weights(state.dynamic_tag_weights, cfg, state.tag_source())
+        return dict(state.dynamic_tag_weights)
     return dict(cfg.tag_weights)
 
 

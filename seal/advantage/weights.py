@@ -1,8 +1,8 @@
-"""A-Patch configuration and its torch-free parts: trajectory scales and dynamic tag weights.
+"""A-Patch configuration and its torch-free parts: trajectory scales (and, re-exported from
+:mod:`seal.advantage.dynamic`, the dynamic tag-weight update).
 
-This module imports no torch, so the capability state (``seal.diagnosis``), which the
-environment service also imports, can update the dynamic weights without pulling in torch.
-The tensor parts of A-Patch live in :mod:`seal.advantage.apatch`.
+This module imports no torch, so the environment service, which imports the core, stays
+torch-free. The tensor parts of A-Patch live in :mod:`seal.advantage.apatch`.
 """
 
 from __future__ import annotations
@@ -12,13 +12,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from seal.types import (
-    DEFAULT_TAG_WEIGHTS,
-    EXCLUDED_TAGS,
-    UNKNOWN_TAG,
-    FailureTag,
-    dataclass_from_mapping,
-)
+from seal.advantage.dynamic import update_dynamic_weights
+from seal.tags import default_tag_weights, excluded_tags, known_tags
+from seal.types import dataclass_from_mapping
+
+__all__ = ["APPLY_MODES", "APatchConfig", "BudgetConfig", "DynamicConfig", "trajectory_scale",
+           "update_dynamic_weights"]
 
 APPLY_MODES = ("all", "positive_advantage", "negative_advantage")
 
@@ -75,16 +74,17 @@ class BudgetConfig:
 
 
 def _default_weights() -> dict[str, float]:
-    return {str(t): w for t, w in DEFAULT_TAG_WEIGHTS.items()}
+    return {str(t): w for t, w in default_tag_weights().items()}
 
 
 @dataclass
 class APatchConfig:
     """A-Patch settings; defaults are the release's SEAL recipe.
 
-    ``tag_weights`` given as a partial mapping is merged over :data:`DEFAULT_TAG_WEIGHTS`
-    (the release lets each tag be overridden on its own). Keys must be failure tags or
-    ``"unknown"``; a misspelled tag is an error rather than a silently ignored weight.
+    ``tag_weights`` given as a partial mapping is merged over the registered tags' default
+    weights (:func:`seal.tags.default_tag_weights`; the release lets each tag be overridden on
+    its own). Keys must be registered tags or ``"unknown"``; a misspelled tag is an error rather
+    than a silently ignored weight.
     """
 
     enable: bool = True
@@ -117,7 +117,7 @@ class APatchConfig:
 
 
 def _merge_tag_weights(overrides: Mapping[str, float] | None) -> dict[str, float]:
-    known = {str(t) for t in FailureTag} | {UNKNOWN_TAG}
+    known = known_tags()
     merged = _default_weights()
     for tag, weight in (overrides or {}).items():
         if str(tag) not in known:
@@ -140,58 +140,13 @@ def trajectory_scale(
 ) -> float:
     """A-Patch scale of one episode: the mean tag weight over its turns, clipped.
 
-    Tags in :data:`EXCLUDED_TAGS` are dropped first (they judge the checker, not the policy);
+    Excluded tags (:func:`seal.tags.excluded_tags`) are dropped first (they judge the checker, not the policy);
     a tag missing from ``weights`` counts as 1.0. With no tag left the scale is exactly 1.0.
     ``pass`` turns count (weight 1.0 by default), so a mostly-passing episode stays near 1,
     as in the release.
     """
-    kept = [weights.get(t, 1.0) for t in tags if t not in EXCLUDED_TAGS]
+    excluded = excluded_tags()
+    kept = [weights.get(t, 1.0) for t in tags if t not in excluded]
     if not kept:
         return 1.0
     return _clip(sum(kept) / len(kept), min_scale, max_scale)
-
-
-def update_dynamic_weights(
-    previous: Mapping[str, float],
-    base: Mapping[str, float],
-    tag_counts: Mapping[str, int | float],
-    tag_reward_mean: Mapping[str, float],
-    *,
-    ema_beta: float,
-    prevalence_alpha: float,
-    confidence_samples: int,
-    min_scale: float,
-    max_scale: float,
-) -> dict[str, float]:
-    """One EMA step of the closed-loop tag weights (contract 2).
-
-    With N = the summed counts of the non-excluded tags (``pass`` and ``unknown`` included),
-    each tag t in base ∪ counts ∪ previous moves toward
-
-        target_t = 1                                            (excluded tags)
-                 = b_t                                          (pass)
-                 = b_t · (1 + α · (n_t/N) · (1 − r̄_t) · min(1, n_t/C))   (otherwise)
-
-    clipped to [min_scale, max_scale], via w_t = (1 − β)·previous_t + β·target_t, where
-    previous_t defaults to b_t = base.get(t, 1.0). β is clamped to [0, 1]; C = max(1, int(C)).
-    N = 0 returns ``dict(base)``. Every knob is used as given: an explicit 0 means 0.
-    """
-    total = sum(float(n) for t, n in tag_counts.items() if t not in EXCLUDED_TAGS)
-    if total <= 0:
-        return {str(t): float(w) for t, w in base.items()}
-    beta = _clip(float(ema_beta), 0.0, 1.0)
-    conf = max(1, int(confidence_samples))
-    out: dict[str, float] = {}
-    for tag in dict.fromkeys([*base, *tag_counts, *previous]):
-        b = float(base.get(tag, 1.0))
-        if tag in EXCLUDED_TAGS:
-            target = 1.0
-        elif tag == FailureTag.PASS:
-            target = b
-        else:
-            n = float(tag_counts.get(tag, 0))
-            reward_mean = float(tag_reward_mean.get(tag, 0.0))
-            target = b * (1.0 + prevalence_alpha * (n / total) * (1.0 - reward_mean) * min(1.0, n / conf))
-        target = _clip(target, min_scale, max_scale)
-        out[str(tag)] = (1.0 - beta) * float(previous.get(tag, b)) + beta * target
-    return out

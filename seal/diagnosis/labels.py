@@ -5,7 +5,7 @@ recovery_failure, state_mismatch, response_mismatch); the release's checker emit
 ``FailureTag`` values instead. This module gives the documented bridge, one label per turn:
 
 1. ``pass``, ``correct_abstention``, ``gt_error``, ``checker_error`` -> ``none`` (not a
-   policy failure);
+   policy failure; a registered tag marked ``excluded`` or not a ``failure`` likewise);
 2. ``spurious_tool_call`` -> ``invalid_tool_call`` (a call where none was due);
 3. any other failed turn in which the environment rejected a call (a parse error or an
    unavailable tool) -> ``invalid_tool_call``;
@@ -13,7 +13,7 @@ recovery_failure, state_mismatch, response_mismatch); the release's checker emit
    saw the error and still failed the turn);
 5. ``state_mismatch`` when the model called every tool the ground truth called (as a
    multiset of names) -> ``argument_mismatch`` (right tools, wrong arguments);
-6. otherwise the tag's default label: ``empty_turn_model_response`` -> ``missing_tool_call``,
+6. otherwise the tag's default label (its registered ``paper_label``): ``empty_turn_model_response`` -> ``missing_tool_call``,
    ``instance_mismatch`` -> ``recovery_failure`` (no call of the turn executed cleanly),
    ``state_mismatch`` -> ``state_mismatch``, ``response_mismatch`` -> ``response_mismatch``.
 
@@ -28,11 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from seal.types import TAG_TO_PAPER_LABEL, FailureTag, PaperLabel
-
-_NOT_A_FAILURE = frozenset(
-    {FailureTag.PASS, FailureTag.CORRECT_ABSTENTION, FailureTag.GT_ERROR, FailureTag.CHECKER_ERROR}
-)
+from seal.tags import get_tag
+from seal.types import FailureTag, PaperLabel
 
 
 @dataclass(frozen=True)
@@ -63,8 +60,8 @@ class TurnEvents:
 
 def paper_label(tag: str, events: TurnEvents | None = None) -> PaperLabel:
     """The paper's label for one turn (rules 1-6 of the module docstring)."""
-    tag = FailureTag(tag)
-    if tag in _NOT_A_FAILURE:
+    definition = get_tag(tag)
+    if definition.excluded or not definition.failure:
         return PaperLabel.NONE
     if tag == FailureTag.SPURIOUS_TOOL_CALL:
         return PaperLabel.INVALID_TOOL_CALL
@@ -76,7 +73,7 @@ def paper_label(tag: str, events: TurnEvents | None = None) -> PaperLabel:
     if tag == FailureTag.STATE_MISMATCH and ev.model_calls is not None and ev.gt_calls:
         if not Counter(ev.gt_calls) - Counter(ev.model_calls):
             return PaperLabel.ARGUMENT_MISMATCH
-    return TAG_TO_PAPER_LABEL[tag]
+    return PaperLabel(definition.paper_label)
 
 
 def paper_labels(tags: Sequence[str], events: Sequence[TurnEvents | None] | None = None) -> list[PaperLabel]:

@@ -3,7 +3,9 @@
 One :meth:`CapabilityState.observe` per *training* episode (never for validation) adds the
 episode's reward and per-turn tags to buckets kept twice: ``window`` (since the last epoch
 boundary) and ``total`` (since the start of the run). The state also keeps per-task records
-and the closed-loop A-Patch tag weights, and persists to versioned JSON atomically.
+and the closed-loop A-Patch tag weights (computed by :mod:`seal.advantage.dynamic` from
+:meth:`CapabilityState.tag_source`, stored here so they are saved and resumed with the run), and
+persists to versioned JSON atomically.
 
 Persistence fixes two release bugs: the trainer must save *before* :meth:`reset_window` at an
 epoch end (the release reset first, so the saved window was always empty), and
@@ -24,7 +26,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from seal.advantage.weights import APatchConfig, update_dynamic_weights
 from seal.types import UNKNOWN_TAG, FailureTag
 
 logger = logging.getLogger(__name__)
@@ -170,23 +171,6 @@ class CapabilityState:
             if source:
                 return dict(source)
         return {}
-
-    def update_dynamic_weights(self, base: Mapping[str, float], cfg: APatchConfig) -> dict[str, float]:
-        """One EMA step of the A-Patch tag weights from :meth:`tag_source`; stores and returns them."""
-        source = self.tag_source()
-        d = cfg.dynamic
-        self.dynamic_tag_weights = update_dynamic_weights(
-            self.dynamic_tag_weights,
-            base,
-            {t: s.count for t, s in source.items()},
-            {t: s.reward_mean for t, s in source.items()},
-            ema_beta=d.ema_beta,
-            prevalence_alpha=d.prevalence_alpha,
-            confidence_samples=d.confidence_samples,
-            min_scale=cfg.min_scale,
-            max_scale=cfg.max_scale,
-        )
-        return dict(self.dynamic_tag_weights)
 
     def snapshot(self, window: bool) -> dict[str, Any]:
         """A readable view: the window (or total) buckets with derived rates, tasks and weights."""

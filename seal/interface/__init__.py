@@ -15,7 +15,6 @@ from seal.interface.episode import (
 )
 from seal.interface.feedback import FORMAT_EXAMPLES, parse_error_feedback, tool_error_feedback, tool_error_hint
 from seal.interface.guidelines import (
-    DEFAULT_GUIDELINES,
     GUIDELINES_HEADER,
     GuidelineConfig,
     render_guidelines,
@@ -24,7 +23,6 @@ from seal.interface.guidelines import (
 from seal.interface.observation import OBSERVATION_INSTRUCTION, observation_hints
 
 __all__ = [
-    "DEFAULT_GUIDELINES",
     "FORMAT_EXAMPLES",
     "GUIDELINES_HEADER",
     "OBSERVATION_INSTRUCTION",

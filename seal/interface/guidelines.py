@@ -13,42 +13,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seal.diagnosis.state import CapabilityState
-from seal.types import GUIDELINE_EXCLUDED_TAGS, UNKNOWN_TAG, FailureTag, dataclass_from_mapping
+from seal.tags import default_guidelines, guideline_excluded_tags, known_tags
+from seal.types import dataclass_from_mapping
 
 # The keys of a ``diagnostic_evolution`` block that the environment reads; every other key of
 # that block is a selection setting of :class:`GuidelineConfig`, used by the trainer.
 EPISODE_KEYS = ("enable", "apply_to_validation", "categories", "lines")
 GUIDELINES_HEADER = "# Behavioral guidelines (env-evolved from recent failures):"
 
-DEFAULT_GUIDELINES: dict[str, str] = {
-    FailureTag.SPURIOUS_TOOL_CALL: (
-        "If the request cannot be served by the available tools or lacks needed details, "
-        "do not call a tool; say so in plain text."
-    ),
-    FailureTag.EMPTY_TURN_MODEL_RESPONSE: (
-        "When the user asks for an action the tools can perform, make the tool calls; "
-        "do not only describe what you would do."
-    ),
-    FailureTag.STATE_MISMATCH: (
-        "Before each call, check every argument against the request and the current state; "
-        "complete all requested changes, not just the first."
-    ),
-    FailureTag.INSTANCE_MISMATCH: (
-        "When a call fails, read the error and retry with corrected arguments instead of "
-        "giving up or repeating the same call."
-    ),
-    FailureTag.RESPONSE_MISMATCH: (
-        "When the user asks for information, call the tool that retrieves it and report "
-        "the result it returned."
-    ),
-}
-
 
 @dataclass
 class GuidelineConfig:
     """Thresholds of guideline selection (the release's defaults).
 
-    ``guidelines`` overrides the default line per tag; an empty string removes a tag's line.
+    ``guidelines`` overrides the default line per tag (each tag's line is registered with it in
+    :mod:`seal.tags`); an empty string removes a tag's line.
     ``per_category``: select from each episode's own category's statistics (``category_tags``
     in a ``diagnostic_evolution`` block, the release's name).
     """
@@ -65,7 +44,7 @@ class GuidelineConfig:
             value = getattr(self, key)
             if int(value) != value or value < 0:
                 raise ValueError(f"seal.interface.guidelines.{key} must be a non-negative integer, got {value}")
-        known = {str(t) for t in FailureTag} | {UNKNOWN_TAG}
+        known = known_tags()
         for tag in self.guidelines:
             if tag not in known:
                 raise ValueError(f"seal.interface.guidelines.guidelines: unknown tag {tag!r}; known: {sorted(known)}")
@@ -86,7 +65,7 @@ class GuidelineConfig:
         return dataclass_from_mapping(cls, block, section="diagnostic_evolution")
 
     def line_for(self, tag: str) -> str:
-        return self.guidelines.get(tag, DEFAULT_GUIDELINES.get(tag, ""))
+        return self.guidelines.get(tag, default_guidelines().get(tag, ""))
 
 
 def _tag_counts(tag_stats: Any, category: str | None) -> dict[str, tuple[float, float]]:
@@ -117,7 +96,7 @@ def select_guidelines(
     used if non-empty, else its totals; with ``category``, that category's tags. A plain
     ``{tag: {count, reward_mean | reward_sum}}`` mapping is used as given. Prevalence is a
     tag's count over the summed counts of all tags in that source. A tag with a guideline
-    line and outside ``GUIDELINE_EXCLUDED_TAGS`` is kept when count >= ``min_tag_count``,
+    line that marks a policy failure (:func:`seal.tags.guideline_excluded_tags` lists the others) is kept when count >= ``min_tag_count``,
     prevalence >= ``prevalence_threshold`` and reward mean < ``reward_threshold``; kept tags
     are ranked by prevalence·(1 − reward mean) (ties: tag name) and the top ``max_lines``
     lines returned.
@@ -128,9 +107,10 @@ def select_guidelines(
     if total <= 0:
         return []
     ranked = []
+    never = guideline_excluded_tags()
     for tag, (count, reward_mean) in stats.items():
         line = cfg.line_for(tag)
-        if tag in GUIDELINE_EXCLUDED_TAGS or not line:
+        if tag in never or not line:
             continue
         prevalence = count / total
         if count >= cfg.min_tag_count and prevalence >= cfg.prevalence_threshold and reward_mean < cfg.reward_threshold:
@@ -144,3 +124,10 @@ def render_guidelines(lines: Sequence[str]) -> str:
     if not lines:
         return ""
     return "\n".join([GUIDELINES_HEADER, *(f"- {line}" for line in lines)])
+
+
+def __getattr__(name: str) -> Any:
+    # DEFAULT_GUIDELINES: the registered tags' lines at the time of access (see seal.tags).
+    if name == "DEFAULT_GUIDELINES":
+        return default_guidelines()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

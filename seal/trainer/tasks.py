@@ -11,7 +11,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from seal.config import REPO_ROOT, ConfigError, to_plain
-from seal.types import TAG_TO_PAPER_LABEL, UNKNOWN_TAG, FailureTag, PaperLabel, category_of
+from seal.tags import known_tags, tag_definitions
+from seal.types import PaperLabel, category_of
 
 logger = logging.getLogger(__name__)
 
@@ -78,10 +79,10 @@ def select_task_ids(
 
 
 def expand_tags(wanted: Sequence[str]) -> set[str]:
-    """Failure-tag names for ``wanted``: each a :class:`FailureTag` value (or the pseudo-tag
-    ``unknown``), or a paper label (``invalid_tool_call``, ...) standing for the tags whose
-    default paper label it is (see ``seal.types.TAG_TO_PAPER_LABEL``)."""
-    tags = {str(t) for t in FailureTag} | {UNKNOWN_TAG}
+    """Failure-tag names for ``wanted``: each a registered tag (or the pseudo-tag ``unknown``),
+    or a paper label (``invalid_tool_call``, ...) standing for the tags whose default paper label
+    it is (each tag's ``paper_label`` in :mod:`seal.tags`)."""
+    tags = set(known_tags())
     labels = {str(label) for label in PaperLabel} - {str(PaperLabel.NONE)}
     out: set[str] = set()
     for name in wanted:
@@ -89,7 +90,7 @@ def expand_tags(wanted: Sequence[str]) -> set[str]:
         if name in tags:
             out.add(name)
         elif name in labels:
-            mapped = {str(t) for t, label in TAG_TO_PAPER_LABEL.items() if str(label) == name}
+            mapped = {str(d.name) for d in tag_definitions() if str(d.paper_label) == name}
             if not mapped:
                 raise ConfigError(f"seal.tasks.from_tags: paper label {name!r} has no per-turn tag of its own (the "
                                   "log records tags, not episode events); list failure tags instead")

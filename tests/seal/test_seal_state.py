@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from seal.advantage import APatchConfig
+from seal.advantage import APatchConfig, resolve_tag_weights
 from seal.diagnosis import CapabilityState, CapabilityStateError, dominant_tag, turn_position
 from seal.types import UNKNOWN_TAG, FailureTag
 
@@ -81,7 +81,7 @@ def test_snapshot_has_rates() -> None:
 
 def test_dynamic_update_via_state_is_stored_and_round_trips(tmp_path: Path) -> None:
     s = _filled()
-    w = s.update_dynamic_weights(APatchConfig().tag_weights, APatchConfig())
+    w = resolve_tag_weights(APatchConfig(), 0, s)  # one EMA step from the state's tag statistics
     assert s.dynamic_tag_weights == w and w["state_mismatch"] > 1.0
     s.save(tmp_path / "st.json")
     assert CapabilityState.load(tmp_path / "st.json").dynamic_tag_weights == w
