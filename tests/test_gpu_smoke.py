@@ -1,0 +1,154 @@
+"""exp/gpu_smoke.yaml and scripts/gpu_smoke.sh on the CPU: the one-GPU configuration passes the
+project's and verl's config validation, fits SmolLM2's context, runs on sdpa without flash-attn;
+the script refuses what it cannot run with one line, and its whole logic (two steps, a resume,
+every output checked) runs with ``--backend local``."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from seal.config import EXP_DIR, REPO_ROOT, compose_config
+
+SCRIPT = REPO_ROOT / "scripts" / "gpu_smoke.sh"
+MODEL_DIR = REPO_ROOT / "models" / "SmolLM2-135M-Instruct"
+
+
+@pytest.fixture(scope="module")
+def smoke_cfg():
+    # compose_config runs seal.config_check (keys, types, task ids, data files, model folder).
+    return compose_config(EXP_DIR / "gpu_smoke.yaml")
+
+
+def test_the_smoke_config_is_one_gpu_two_steps_with_validation_and_checkpoints(smoke_cfg):
+    cfg = smoke_cfg
+    assert cfg.trainer.backend == "verl" and cfg.trainer.n_gpus_per_node == 1 and cfg.trainer.nnodes == 1
+    assert cfg.actor_rollout_ref.model.path == "models/SmolLM2-135M-Instruct"
+    assert (len(cfg.seal.tasks.train_ids), cfg.data.train_batch_size, cfg.actor_rollout_ref.rollout.n) == (4, 4, 4)
+    assert len(set(cfg.seal.tasks.val_ids)) == 8
+    assert cfg.trainer.total_training_steps == 2 and cfg.trainer.total_epochs >= 3  # room for the resumed step
+    assert cfg.trainer.val_before_train and cfg.trainer.test_freq > 0
+    assert cfg.trainer.save_freq == 1 and cfg.trainer.keep_only_best_checkpoint is False
+    assert cfg.trainer.default_local_dir == "experiments/gpu_smoke/checkpoints"
+    assert cfg.trainer.validation_data_dir == "experiments/gpu_smoke/validation_log"
+    rollout = cfg.actor_rollout_ref.rollout
+    assert rollout.max_model_len == 8192  # SmolLM2's context
+    assert cfg.data.max_prompt_length + cfg.data.max_response_length <= rollout.max_model_len
+    assert rollout.prompt_length == cfg.data.max_prompt_length and rollout.response_length == cfg.data.max_response_length
+    assert 0 < rollout.gpu_memory_utilization <= 0.5
+
+
+def test_the_smoke_config_passes_verls_validation(smoke_cfg):
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    from seal.trainer.verl.trainer import check_verl_config
+
+    check_verl_config(smoke_cfg)
+    validate_config(smoke_cfg, use_reference_policy=need_reference_policy(smoke_cfg), use_critic=need_critic(smoke_cfg))
+
+
+def test_without_flash_attn_the_smoke_runs_on_sdpa(smoke_cfg, tmp_path):
+    from seal.trainer.verl.main import prepare_config
+
+    out = prepare_config(smoke_cfg, exp_dir=tmp_path / "gpu_smoke", base=REPO_ROOT, flash_attn=False)
+    model = out.actor_rollout_ref.model
+    assert model.override_config.attn_implementation == "sdpa"
+    assert model.use_remove_padding is False and out.actor_rollout_ref.actor.use_remove_padding is False
+    assert out.actor_rollout_ref.model.path == str(MODEL_DIR)  # the local folder, made absolute for Ray
+
+
+def test_every_smoke_task_fits_the_prompt_length(smoke_cfg):
+    """The prompt-length filter (default data.max_prompt_length on the verl backend) drops none
+    of the listed tasks, rendered as the episode runner renders them with SmolLM2's tokenizer."""
+    if not (MODEL_DIR / "tokenizer.json").is_file():
+        pytest.skip("models/SmolLM2-135M-Instruct is not installed (run install.sh)")
+    from transformers import AutoTokenizer
+
+    from env_service.client import EnvClient
+    from seal.rollout.prompt_length import prompt_token_counter
+
+    tokenizer = AutoTokenizer.from_pretrained(str(MODEL_DIR))
+    client = EnvClient.in_process()
+    limit = smoke_cfg.data.max_prompt_length
+    try:
+        for ids, mode in ((smoke_cfg.seal.tasks.train_ids, "sample"), (smoke_cfg.seal.tasks.val_ids, "validate")):
+            count = prompt_token_counter(smoke_cfg, tokenizer, client, rollout_mode=mode)
+            lengths = {str(t): count(str(t)) for t in ids}
+            assert all(3000 < n <= limit for n in lengths.values()), lengths
+    finally:
+        client.close()
+
+
+def _run(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHON": sys.executable}
+    env.pop("SMOKE_BACKEND", None)
+    return subprocess.run(["bash", str(SCRIPT), *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_the_script_refuses_a_bad_option_with_one_line(tmp_path):
+    for args, expected in ((["--backend", "tpu"], "--backend tpu: choose verl or local"),
+                           (["--frobnicate"], "unknown option '--frobnicate'"),
+                           (["--port", "http"], "--port http: expected a number"),
+                           (["--name"], "--name needs a value")):
+        done = _run(args, tmp_path)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.count("\n") == 1 and expected in done.stderr
+    assert not (tmp_path / "experiments").exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="the GPU stack is installed here")
+def test_without_the_gpu_stack_the_verl_smoke_says_what_to_install(tmp_path):
+    done = _run([], tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.strip() == f"gpu_smoke: error: vLLM/verl do not import in {sys.executable}: run bash install.sh --gpu first"
+    assert not (tmp_path / "experiments").exists()  # nothing started, no folder left behind
+
+
+def test_the_script_wants_a_fresh_experiment_folder(tmp_path):
+    (tmp_path / "experiments" / "taken").mkdir(parents=True)
+    done = _run(["--backend", "local", "--name", "taken"], tmp_path)
+    assert done.returncode == 1
+    assert "experiments/taken already exists: give a new --name" in done.stderr
+    assert list((tmp_path / "experiments" / "taken").iterdir()) == []
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_the_smoke_script_runs_its_steps_resume_and_checks_on_cpu(tmp_path):
+    """The script's whole path with the local backend: two steps over HTTP, a resume for a
+    third, every check PASS, logs and timings in the log folder."""
+    if not (MODEL_DIR / "config.json").is_file():
+        pytest.skip("models/SmolLM2-135M-Instruct is not installed (run install.sh)")
+    logs = tmp_path / "logs"
+    done = _run(["--backend", "local", "--name", "smoke", "--out", str(logs), "--port", str(_free_port())],
+                tmp_path, timeout=600)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-4000:]
+    results = [line for line in done.stdout.splitlines() if line.startswith(("PASS  ", "FAIL  "))]
+    assert results and all(line.startswith("PASS  ") for line in results), "\n".join(results)
+    names = {line[6:].split(":")[0] for line in results}
+    assert {"run files", "validation log step 0", "validation log step 2", "validation log step 3",
+            "capability state", "epoch stats 0", "epoch stats 1", "epoch stats 2", "checkpoint step 1",
+            "checkpoint step 2", "checkpoint step 3", "resume tracker", "diagnosis state per checkpoint",
+            "diagnosis state carried across the resume"} == names
+    exp = tmp_path / "experiments" / "smoke"
+    assert (exp / "checkpoints" / "global_step_3" / "model.pt").is_file()
+    assert "all checks passed" in done.stdout
+    for name in ("smoke.log", "smoke_train.log", "smoke_resume.log", "smoke_check.log", "smoke_timings.txt"):
+        assert (logs / name).is_file(), name
+    timings = (logs / "smoke_timings.txt").read_text()
+    assert "train: wall" in timings and "resume: wall" in timings and "step 3: step:" in timings
+    assert "PASS  diagnosis state carried across the resume" in (logs / "smoke.log").read_text()
