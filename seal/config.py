@@ -89,6 +89,7 @@ def _override_error(exc: BaseException, overrides: Sequence[str]) -> str:
 def validate_config(cfg: DictConfig) -> None:
     """Check the SEAL blocks of a composed config against ``exp/seal_base.yaml``."""
     base = OmegaConf.load(BASE_YAML)
+    _load_plugins(cfg)
     for top in ("env_service", "seal"):
         if top not in cfg:
             raise ConfigError(f"{top}: block missing; compose the experiment on exp/seal_base.yaml")
@@ -98,10 +99,26 @@ def validate_config(cfg: DictConfig) -> None:
         raise ConfigError(f"trainer.backend={backend!r}: choose one of {list(BACKENDS)}")
 
 
+def _load_plugins(cfg: DictConfig) -> None:
+    """Import the ``seal.plugins`` modules first: they may register tags and reweighters the
+    rest of the config names."""
+    from seal.plugins import load_plugins
+
+    modules = to_plain(OmegaConf.select(cfg, "seal.plugins")) or []
+    if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
+        raise ConfigError(f"seal.plugins={modules!r}: expected a list of module names")
+    try:
+        load_plugins(modules)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
 def _check_node(node: Any, ref: Any, path: str) -> None:
     if path in OPEN_MAPS:
         _check_open_map(node, path)
         return
+    if path == "seal.advantage" and isinstance(node, DictConfig):
+        ref = _with_plugin_reweighter_blocks(node, ref)
     if isinstance(ref, DictConfig):
         if not isinstance(node, DictConfig):
             raise ConfigError(f"{path}: expected a mapping, got {type(node).__name__}")
@@ -120,6 +137,27 @@ def _check_node(node: Any, ref: Any, path: str) -> None:
     problem = type_problem(value, to_plain(ref), path, strict_strings=True)
     if problem:
         raise ConfigError(f"{path}={show(value)}: expected {problem}")
+
+
+def _with_plugin_reweighter_blocks(node: DictConfig, ref: DictConfig) -> DictConfig:
+    """``seal.advantage.<name>`` blocks of registered reweighters that exp/seal_base.yaml does not
+    hold are checked by the reweighter's own config class, then join the reference tree as they are."""
+    from seal.advantage import get_reweighter_spec
+
+    ref = ref.copy()
+    for key in node:
+        if key in ref:
+            continue
+        try:
+            spec = get_reweighter_spec(str(key))
+        except KeyError:
+            continue  # reported as an unknown key by the caller
+        try:
+            spec.build_config(to_plain(node[key]))
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(str(exc)) from exc
+        ref[key] = node[key]
+    return ref
 
 
 def _check_open_map(node: Any, path: str) -> None:

@@ -110,9 +110,21 @@ def check_config(cfg: DictConfig, overrides: Sequence[str] = ()) -> list[str]:
         raise _error(f"{key}: cannot resolve its value ({str(exc).splitlines()[0]})") from exc
     # Types are checked where a value is written: an interpolation (verl's `rollout_n:
     # ${...rollout.n}`) is judged at the key it points to, so the error names the key the user set.
+    added += reweighter_blocks(plain)
     check_keys_and_types(OmegaConf.to_container(cfg, resolve=False), reference_tree(), added=added)
     check_model_path(plain)
     return check_tasks(plain)
+
+
+def reweighter_blocks(plain: dict[str, Any]) -> tuple[str, ...]:
+    """The ``seal.advantage.<name>`` blocks of registered reweighters that exp/seal_base.yaml does
+    not hold: each reweighter's own config class checks its block (``seal.config.validate_config``)."""
+    from seal.advantage.registry import REWEIGHTERS, get_reweighter_spec
+
+    get_reweighter_spec("apatch")  # the built-in reweighters register on import
+    base = (reference_tree().get("seal") or {}).get("advantage") or {}
+    present = ((plain.get("seal") or {}).get("advantage")) or {}
+    return tuple(f"seal.advantage.{name}" for name in REWEIGHTERS if name in present and name not in base)
 
 
 def check_keys_and_types(node: Any, ref: Any, *, path: str = "", added: Sequence[str] = ()) -> None:

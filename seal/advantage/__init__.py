@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from seal.advantage.registry import get_reweighter, register_reweighter
+from seal.advantage.registry import Reweighter, get_reweighter, get_reweighter_spec, register_reweighter
 from seal.advantage.weights import (
     APPLY_MODES,
     APatchConfig,
@@ -25,7 +25,6 @@ from seal.advantage.weights import (
 
 _LAZY = {
     "apatch_reweight": "seal.advantage.apatch",
-    "apatch_reweight_reference": "seal.advantage.apatch",
     "apply_scales": "seal.advantage.apatch",
     "budget_scales": "seal.advantage.apatch",
     "identity_reweight": "seal.advantage.apatch",
@@ -37,7 +36,9 @@ __all__ = [
     "APatchConfig",
     "BudgetConfig",
     "DynamicConfig",
+    "Reweighter",
     "get_reweighter",
+    "get_reweighter_spec",
     "register_reweighter",
     "trajectory_scale",
     "update_dynamic_weights",

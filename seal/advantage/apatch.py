@@ -26,7 +26,6 @@ from seal.advantage.weights import APatchConfig, BudgetConfig, trajectory_scale,
 __all__ = [
     "APatchConfig",
     "apatch_reweight",
-    "apatch_reweight_reference",
     "apply_scales",
     "budget_scales",
     "identity_reweight",
@@ -151,7 +150,7 @@ def _summary_metrics(
     }
 
 
-@register_reweighter("apatch")
+@register_reweighter("apatch", config=APatchConfig, prepare=resolve_tag_weights)
 def apatch_reweight(
     advantages: torch.Tensor,
     tags: Tags,
@@ -200,63 +199,18 @@ def _budget(scales: torch.Tensor, active: torch.Tensor, b: BudgetConfig) -> torc
     )
 
 
-def _budget_reference(scales: list[float], active: list[bool], b: BudgetConfig) -> list[float]:
-    out = list(scales)
-    idx = [i for i, a in enumerate(active) if a]
-    if not idx:
-        return out
-    for i in idx:
-        out[i] = min(max(1.0 + b.strength * (out[i] - 1.0), b.min_scale), b.max_scale)
-    if b.normalize_mean:
-        factor = b.target_mean / max(sum(out[i] for i in idx) / len(idx), 1e-6)
-        for i in idx:
-            out[i] = min(max(out[i] * factor, b.min_scale), b.max_scale)
-    return out
-
-
-def apatch_reweight_reference(
-    advantages: torch.Tensor,
-    tags: Tags,
-    *,
-    cfg: APatchConfig,
-    weights: Mapping[str, float],
-    step: int,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """The same computation as :func:`apatch_reweight`, written as plain loops over entries.
-
-    Kept as an executable specification: tests check that both forms agree.
-    """
-    _check_inputs(advantages, tags)
-    if not cfg.enable or step < cfg.warmup_steps:
-        return advantages.clone(), _skip_metrics(cfg, enabled=cfg.enable, warmup=cfg.enable)
-    base, active = _row_scales(tags, weights, cfg)
-    scales = _budget_reference(base, active, cfg.budget) if cfg.budget.enable else list(base)
-    rows = advantages.tolist()
-    for i, row in enumerate(rows):
-        s = float(torch.tensor(scales[i], dtype=torch.float64).to(advantages.dtype))
-        for j, a in enumerate(row):
-            touch = (
-                cfg.apply_to == "all"
-                or (cfg.apply_to == "positive_advantage" and a > 0)
-                or (cfg.apply_to == "negative_advantage" and a < 0)
-            )
-            row[j] = a * s if touch else a
-    out = torch.tensor(rows, dtype=advantages.dtype)
-    metrics = _summary_metrics(cfg, base, scales, active)
-    metrics.update(_tag_metrics(tags, weights, cfg.metric_prefix))
-    return out, metrics
-
-
 @register_reweighter("identity")
 def identity_reweight(
     advantages: torch.Tensor,
     tags: Tags,
     *,
-    cfg: APatchConfig,
+    cfg: APatchConfig | None,
     weights: Mapping[str, float],
     step: int,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The no-A-Patch ablation: advantages unchanged (a copy), ``enabled`` reported as 0."""
+    """The no-A-Patch ablation: advantages unchanged (a copy), ``enabled`` reported as 0 (under
+    ``cfg.metric_prefix``; the hook passes no settings, so the default ``seal/apatch``)."""
     _check_inputs(advantages, tags)
-    return advantages.clone(), {f"{cfg.metric_prefix}/enabled": 0.0}
+    prefix = cfg.metric_prefix if cfg is not None else APatchConfig.metric_prefix
+    return advantages.clone(), {f"{prefix}/enabled": 0.0}
 

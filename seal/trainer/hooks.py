@@ -6,8 +6,9 @@ A trainer (either backend) calls, per step:
    ``env_service.bfcl`` block, the rollout mode and, when guideline evolution is on, the
    guideline lines chosen from the capability state);
 2. :meth:`SealHooks.observe` — the step's *training* episodes feed the capability state;
-3. :meth:`SealHooks.reweight` — the dynamic tag-weight update, then the configured
-   reweighter (A-Patch or identity) on the GRPO advantages;
+3. :meth:`SealHooks.reweight` — the configured reweighter (``seal.advantage.reweighter``, built
+   from its own ``seal.advantage.<name>`` block) on the GRPO advantages: its per-step
+   preparation from the capability state (A-Patch: the dynamic tag-weight update), then its function;
 4. :meth:`SealHooks.step_metrics`, and :meth:`SealHooks.end_epoch` at an epoch boundary.
 
 Checkpoints carry :meth:`state_dict` (or :meth:`save` / :meth:`load` on a folder). A fresh
@@ -28,10 +29,10 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from seal.advantage import APatchConfig, get_reweighter
-from seal.advantage.apatch import resolve_tag_weights
+from seal.advantage import APatchConfig, get_reweighter_spec
 from seal.config import ConfigError, to_plain
 from seal.diagnosis.state import CapabilityState
+from seal.plugins import load_plugins
 from seal.diagnosis.stats import DiagnosisConfig, DiagnosisStats
 from seal.interface.guidelines import GuidelineConfig, select_guidelines
 
@@ -74,11 +75,14 @@ class SealHooks:
         self.enabled = bool(seal.enable)
         self.bfcl_params: dict[str, Any] = to_plain(cfg.env_service.bfcl) or {}
         try:
+            load_plugins(to_plain(seal.get("plugins")) or [])
             self.apatch_cfg = APatchConfig.from_dict(to_plain(seal.advantage.apatch))
             self.diag_cfg = DiagnosisConfig(save_every_n_steps=int(seal.diagnosis.save_every_n_steps))
             self.guide_cfg = _guideline_config(self.bfcl_params.get("diagnostic_evolution") or {})
             self.reweighter_name = str(seal.advantage.reweighter)
-            self._reweighter = get_reweighter(self.reweighter_name)
+            self.reweighter = get_reweighter_spec(self.reweighter_name)
+            self.reweighter_cfg = (self.apatch_cfg if self.reweighter_name == "apatch" else
+                                   self.reweighter.build_config(to_plain(seal.advantage.get(self.reweighter_name))))
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"seal: {exc}") from exc
         self.state_dir = Path(seal.diagnosis.state_dir or self.exp_dir / "diagnostic_state")
@@ -144,7 +148,8 @@ class SealHooks:
     def reweight(
         self, advantages: torch.Tensor, tags: list[list[str] | None], *, step: int
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        """Update the dynamic tag weights from the state, then apply the configured reweighter.
+        """Apply the configured reweighter: its ``prepare`` on the capability state (A-Patch: the
+        dynamic tag-weight update, stored in the state), then its function.
 
         Args:
             advantages: ``(B, T)`` GRPO advantages, masked to assistant tokens.
@@ -156,8 +161,8 @@ class SealHooks:
         """
         if not self.enabled:
             return advantages.clone(), {"seal/apatch/enabled": 0.0}
-        weights = resolve_tag_weights(self.apatch_cfg, step, self.state)
-        out, metrics = self._reweighter(advantages, tags, cfg=self.apatch_cfg, weights=weights, step=step)
+        weights = self.reweighter.weights(self.reweighter_cfg, step, self.state)
+        out, metrics = self.reweighter.fn(advantages, tags, cfg=self.reweighter_cfg, weights=weights, step=step)
         return out, metrics
 
     def step_metrics(self) -> dict[str, float]:

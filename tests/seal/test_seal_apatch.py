@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 from seal.advantage import (
     APatchConfig,
     apatch_reweight,
-    apatch_reweight_reference,
     apply_scales,
     budget_scales,
     get_reweighter,
@@ -19,6 +18,7 @@ from seal.advantage import (
     trajectory_scale,
     update_dynamic_weights,
 )
+from apatch_reference import apatch_reweight_reference
 from seal.diagnosis import CapabilityState
 from seal.types import DEFAULT_TAG_WEIGHTS, EXCLUDED_TAGS, UNKNOWN_TAG, FailureTag
 
