@@ -36,6 +36,7 @@ def test_verl_is_the_pinned_version():
     ("_load_checkpoint", ["self"]),
     ("_compute_old_log_prob", ["self", "batch"]),
     ("_compute_ref_log_prob", ["self", "batch"]),
+    ("_validate", ["self", "merged"]),
     ("_dump_generations", ["self", "inputs", "outputs", "gts", "scores", "reward_extra_infos_dict", "dump_path"]),
 ])
 def test_overridden_hooks_exist_with_the_expected_signature(name, params):
@@ -48,7 +49,7 @@ def test_overridden_hooks_exist_with_the_expected_signature(name, params):
 def test_subclass_overrides_only_these_methods():
     own = {k for k, v in vars(SealRayPPOTrainer).items() if callable(v) and k in vars(RayPPOTrainer)}
     assert own == {"__init__", "_update_actor", "_get_gen_batch", "_save_checkpoint", "_load_checkpoint",
-                   "_dump_generations", "_compute_old_log_prob", "_compute_ref_log_prob"}
+                   "_dump_generations", "_compute_old_log_prob", "_compute_ref_log_prob", "_validate"}
     assert "fit" not in vars(SealRayPPOTrainer)
 
 
