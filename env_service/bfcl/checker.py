@@ -13,8 +13,7 @@ objects made for this call only) and, turn by turn:
   count as empty), gathers each ground-truth turn's :class:`seal.tags.TurnEvidence` and tags the
   turn with the registered tag rules (:func:`seal.tags.classify_turn`).
 
-The release computed its tags on instances its runner had already advanced; here both the
-verdict and the tags come from the same single pass on instances created for it.
+Both the verdict and the tags come from the same single pass on instances created for it.
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ def budget_scales(
     On active rows: s ← clip(1 + strength·(s − 1)); then, if ``normalize_mean``,
     s ← clip(s · target_mean / max(mean(s), 1e-6)), the mean taken over active rows.
     Inactive rows are returned unchanged. An explicit ``strength=0`` or ``target_mean=0`` is
-    used as given (the release turned both back into their defaults).
+    used as given.
     """
     out = scales.clone()
     if not bool(active.any()):
@@ -171,8 +171,8 @@ def apatch_reweight(
 
     Returns:
         ``(B, T)`` new advantages (the input is not modified) and metrics. ``mean_scale`` is
-        the mean applied scale over tagged rows, after the budget (the release reported it
-        before); ``budget_mean_before`` keeps the pre-budget mean.
+        the mean applied scale over tagged rows, after the budget; ``budget_mean_before``
+        keeps the pre-budget mean.
     """
     _check_inputs(advantages, tags)
     if not cfg.enable or step < cfg.warmup_steps:

@@ -7,11 +7,10 @@ and the closed-loop A-Patch tag weights (computed by :mod:`seal.advantage.dynami
 :meth:`CapabilityState.tag_source`, stored here so they are saved and resumed with the run), and
 persists to versioned JSON atomically.
 
-Persistence fixes two release bugs: the trainer must save *before* :meth:`reset_window` at an
-epoch end (the release reset first, so the saved window was always empty), and
-:meth:`load` raises on a missing, corrupt or foreign-version file instead of silently
-starting fresh or silently resuming an unrelated run: the trainer decides whether a state
-should exist (on resume) and loads it explicitly.
+The trainer saves *before* :meth:`reset_window` at an epoch end, so the saved window holds the
+epoch that ended; :meth:`load` raises on a missing, corrupt or foreign-version file rather than
+starting fresh or resuming an unrelated run: the trainer decides whether a state should exist
+(on resume) and loads it explicitly. (docs/paper_map.md compares the release's persistence.)
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Guideline evolution: behavioural guidelines for the failure modes the policy has not solved.
 
 The trainer selects the lines from its capability state each step and sends them with every
-training episode (``diagnostic_evolution.lines``); the environment only renders them. (The
-release instead had every environment worker re-read the trainer's state file on a 30-second
-cache, a hidden cross-process coupling.)
+training episode (``diagnostic_evolution.lines``); the environment only renders them, so the
+trainer and the environment share no file (docs/paper_map.md compares the release's way).
 """
 
 from __future__ import annotations

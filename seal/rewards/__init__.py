@@ -3,8 +3,7 @@
 ``binary`` (default, the paper's recipe): 1 iff BFCL's multi-turn checker passes. The dense
 modes give partial credit to failed episodes: ``capped`` (turn progress, weighted and capped,
 the cap optionally decaying by epoch) and ``progress`` (the T3RL turn ratio with irrelevance
-turns weighted). Every knob is used as given; an explicit 0 means 0 (the release's
-``x or default`` turned a configured 0 back into the default).
+turns weighted). Every knob is used as given; an explicit 0 means 0.
 """
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ def select_metric(metrics: Mapping[str, Any], configured: str | None) -> tuple[s
     """``(name, value)`` of the score compared across validation steps (``(None, None)``: none).
 
     A configured name that the validation did not report is a config error naming the keys that
-    were reported (the release only printed a warning and then never saved a best checkpoint).
+    were reported, rather than a run that silently never saves a best checkpoint.
     """
     if configured:
         value = _finite(metrics.get(configured))

@@ -175,10 +175,8 @@ class SealHooks:
         return out
 
     def end_epoch(self, epoch: int, step: int) -> None:
-        """Dump ``diagnostic_stats/epoch_<e>.json``, save the state, *then* reset the window.
-
-        (The release reset first, so the window it saved was always empty.)
-        """
+        """Dump ``diagnostic_stats/epoch_<e>.json``, save the state, *then* reset the window, so
+        the saved window holds the epoch that just ended."""
         if self.state is None or self.stats is None:
             return
         self.stats_dir.mkdir(parents=True, exist_ok=True)
