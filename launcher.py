@@ -1,10 +1,10 @@
-"""Run an experiment: ``python launcher.py --conf exp/X.yaml [--with-bfcl] [-- key=value ...]``.
+"""Run an experiment: ``python launcher.py --conf exp/X.yaml [--with-env] [-- key=value ...]``.
 
 * ``--conf`` names an experiment YAML (composed on verl's config and ``exp/seal_base.yaml``);
   Hydra overrides follow ``--`` or are given bare (``key=value``).
-* ``--with-bfcl`` starts the BFCL environment service over HTTP when nothing answers at
-  ``env_service.url`` (waits on ``/healthz``; stops it at the end, and it dies with the launcher
-  even on SIGKILL). Without it the local backend embeds the service in-process, unless the
+* ``--with-env`` (alias ``--with-bfcl``) starts the environment service of ``env_service.env``
+  (``python -m env_service --env <name>``) over HTTP when nothing answers at ``env_service.url``
+  (waits on ``/healthz``; stops it at the end, and it dies with the launcher even on SIGKILL). Without it the local backend embeds the service in-process, unless the
   experiment sets ``env_service.url``/``urls`` itself (on the command line or in its YAML): then
   that service is used and must answer. The verl backend uses the configured URL as is.
 * ``.env`` in the current folder is loaded first (``example.env`` lists every variable).
@@ -41,8 +41,9 @@ logger = logging.getLogger("launcher")
 def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(prog="launcher.py", description=__doc__.splitlines()[0])
     parser.add_argument("--conf", required=True, help="experiment YAML, e.g. exp/quickstart.yaml")
-    parser.add_argument("--with-bfcl", action="store_true",
-                        help="start the HTTP environment service if env_service.url does not answer")
+    parser.add_argument("--with-env", "--with-bfcl", dest="with_env", action="store_true",
+                        help="start the HTTP environment service of env_service.env (python -m env_service "
+                             "--env <name>) if env_service.url does not answer; --with-bfcl is the same flag")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--debug", action="store_true",
                         help="show the full traceback of any error (also SEAL_DEBUG=1)")
@@ -101,17 +102,18 @@ def _die_with_parent(parent: int) -> None:
 
 
 @contextmanager
-def bfcl_service(url: str, *, wait_s: float = 120.0) -> Iterator[None]:
-    """Make sure the HTTP service answers at ``url``: start one (and stop it after) if nothing does."""
+def env_service(url: str, env: str = "bfcl", *, wait_s: float = 120.0) -> Iterator[None]:
+    """Make sure the HTTP service answers at ``url``: start one serving ``env`` (and stop it after)
+    if nothing does."""
     if _healthy(url):
         logger.info("environment service already up at %s", url)
         yield
         return
     parsed = urlparse(url)
     if parsed.hostname not in ("127.0.0.1", "localhost") or parsed.port is None:
-        raise SystemExit(f"error: env_service.url={url}: nothing answers there and --with-bfcl starts "
+        raise SystemExit(f"error: env_service.url={url}: nothing answers there and --with-env starts "
                          "a service only on 127.0.0.1/localhost with an explicit port")
-    cmd = [sys.executable, "-m", "env_service", "--host", parsed.hostname, "--port", str(parsed.port)]
+    cmd = [sys.executable, "-m", "env_service", "--env", env, "--host", parsed.hostname, "--port", str(parsed.port)]
     logger.info("starting the environment service: %s", " ".join(cmd[1:]))
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, 
                             preexec_fn=partial(_die_with_parent, os.getpid()) if sys.platform == "linux" else None)
@@ -164,14 +166,14 @@ def explicit_service(cfg, overrides: Sequence[str]) -> bool:
     return cfg.env_service.url != base.url or list(cfg.env_service.urls or []) != list(base.urls)
 
 
-def choose_service(cfg, overrides: Sequence[str], with_bfcl: bool) -> None:
+def choose_service(cfg, overrides: Sequence[str], with_env: bool) -> None:
     """The local backend's environment: in-process by default; an explicit URL is used (and must
     answer now, rather than fail on the first episode after the model has loaded)."""
     from omegaconf import open_dict
 
     from seal.config import ConfigError
 
-    if str(cfg.trainer.backend) != "local" or with_bfcl:
+    if str(cfg.trainer.backend) != "local" or with_env:
         return
     if not explicit_service(cfg, overrides):
         with open_dict(cfg):
@@ -181,8 +183,8 @@ def choose_service(cfg, overrides: Sequence[str], with_bfcl: bool) -> None:
     for url in list(cfg.env_service.urls or []) or [cfg.env_service.url]:
         if url is not None and not _healthy(str(url)):
             raise ConfigError(f"env_service.url={url}: nothing answers there (fix: start it with "
-                              f"`python -m env_service --port <port>`, add --with-bfcl to start one, or drop "
-                              "the setting to run the environment in-process)")
+                              f"`python -m env_service --env {cfg.env_service.env} --port <port>`, add --with-env "
+                              "to start one, or drop the setting to run the environment in-process)")
 
 
 def run(args: argparse.Namespace, overrides: list[str]) -> int:
@@ -195,11 +197,11 @@ def run(args: argparse.Namespace, overrides: list[str]) -> int:
     if done:
         print(done, file=sys.stderr)
         return 0
-    choose_service(cfg, overrides, args.with_bfcl)
+    choose_service(cfg, overrides, args.with_env)
     write_run_files(exp_dir, cfg, overrides, args.conf)
     logger.info("experiment folder: %s", exp_dir)
-    if args.with_bfcl and not cfg.env_service.urls:
-        with bfcl_service(str(cfg.env_service.url)):
+    if args.with_env and not cfg.env_service.urls:
+        with env_service(str(cfg.env_service.url), str(cfg.env_service.env)):
             dispatch(cfg, exp_dir)
     else:
         dispatch(cfg, exp_dir)

@@ -10,7 +10,9 @@ An environment is a package that builds an :class:`Environment` and registers it
   ``failure_tags`` one per ground-truth turn, ``category``, turn counts);
 * ``task_store``: the loaded task store (``get(task_id).category``, ``ids()``, ``in``), from which
   every consumer reads a task's category;
-* ``load_split``: the task ids of ``train`` / ``val`` / ``test`` / ``eval``.
+* ``load_split``: the task ids of ``train`` / ``val`` / ``test`` / ``eval``;
+* ``check_params`` (optional): validates a params block (raises ``ValueError`` naming the key), so
+  a config with a misspelt key fails before anything starts.
 
 Its per-episode parameters (including the interface-evolution blocks ``observation_lite``,
 ``tool_feedback_evolution`` and ``diagnostic_evolution`` it honours) live in the experiment
@@ -66,6 +68,7 @@ class Environment:
     load_split: Callable[[str], list[str]]
     description: str = ""
     example_task_id: str = ""
+    check_params: Callable[[dict[str, Any]], None] | None = None
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier():

@@ -93,10 +93,27 @@ def validate_config(cfg: DictConfig) -> None:
     for top in ("env_service", "seal"):
         if top not in cfg:
             raise ConfigError(f"{top}: block missing; compose the experiment on exp/seal_base.yaml")
+    _add_environment_blocks(cfg, base)
+    for top in ("env_service", "seal"):
         _check_node(cfg[top], base[top], top)
     backend = OmegaConf.select(cfg, "trainer.backend")
     if backend not in BACKENDS:
         raise ConfigError(f"trainer.backend={backend!r}: choose one of {list(BACKENDS)}")
+
+
+def _add_environment_blocks(cfg: DictConfig, base: DictConfig) -> None:
+    """``env_service.env`` must name a registered environment; a params block of an environment
+    that exp/seal_base.yaml does not hold (``env_service.notes``) is the environment's to check
+    (:func:`seal.config_check.check_environment`), so it joins the reference tree as it is."""
+    from env_service.registry import known_environments
+
+    known = known_environments()
+    name = OmegaConf.select(cfg, "env_service.env")
+    if name not in known:
+        raise ConfigError(f"env_service.env={name!r}: unknown environment (known: {', '.join(known)})")
+    for env in known:
+        if env not in base.env_service and env in cfg.env_service:
+            base.env_service[env] = cfg.env_service[env]
 
 
 def _load_plugins(cfg: DictConfig) -> None:

@@ -110,10 +110,44 @@ def check_config(cfg: DictConfig, overrides: Sequence[str] = ()) -> list[str]:
         raise _error(f"{key}: cannot resolve its value ({str(exc).splitlines()[0]})") from exc
     # Types are checked where a value is written: an interpolation (verl's `rollout_n:
     # ${...rollout.n}`) is judged at the key it points to, so the error names the key the user set.
+    added += environment_blocks(plain)
     added += reweighter_blocks(plain)
     check_keys_and_types(OmegaConf.to_container(cfg, resolve=False), reference_tree(), added=added)
+    check_environment(plain)
     check_model_path(plain)
     return check_tasks(plain)
+
+
+def environment_blocks(plain: dict[str, Any]) -> tuple[str, ...]:
+    """The params blocks of registered environments that exp/seal_base.yaml does not hold
+    (``env_service.notes``): each environment checks its own (:func:`check_environment`)."""
+    from env_service.registry import known_environments
+
+    base = reference_tree().get("env_service") or {}
+    return tuple(f"env_service.{name}" for name in known_environments() if name not in base)
+
+
+def check_environment(plain: dict[str, Any]) -> None:
+    """``env_service.env`` names a registered environment, whose own check accepts its params block."""
+    from pydantic import ValidationError
+
+    from env_service.host import validation_summary
+    from env_service.registry import get_environment, known_environments
+
+    service = plain.get("env_service") or {}
+    name = service.get("env") or "bfcl"
+    if name not in known_environments():
+        raise _error(f"env_service.env={name}: unknown environment (fix: one of {', '.join(known_environments())})")
+    env = get_environment(name)
+    block = service.get(name)
+    if env.check_params is None or block is None:
+        return
+    try:
+        env.check_params(dict(block))
+    except ValidationError as err:
+        raise _error(f"env_service.{name}: {validation_summary(err)}") from None
+    except ValueError as err:
+        raise _error(f"env_service.{name}: {err}") from None
 
 
 def reweighter_blocks(plain: dict[str, Any]) -> tuple[str, ...]:
@@ -238,7 +272,7 @@ def check_tasks(plain: dict[str, Any]) -> list[str]:
                 raise _error(f"data.{split}_files={f}: file not found (fix: give an existing parquet file, "
                              f"e.g. data/bfcl_{'train' if split == 'train' else 'eval_400'}.parquet{wins})")
         if ids:
-            check_task_ids([str(i) for i in ids], f"seal.tasks.{split}_ids")
+            check_task_ids([str(i) for i in ids], f"seal.tasks.{split}_ids", (plain.get("env_service") or {}).get("env"))
             if files:
                 msg = (f"seal.tasks.{split}_ids ({len(ids)} tasks) wins over data.{split}_files="
                        f"{','.join(map(str, files))}, which is not read")
@@ -247,13 +281,15 @@ def check_tasks(plain: dict[str, Any]) -> list[str]:
     return warnings
 
 
-def check_task_ids(ids: Sequence[str], key: str) -> None:
-    from env_service.bfcl.tasks import default_store
+def check_task_ids(ids: Sequence[str], key: str, env_name: str | None = None) -> None:
+    """Every id must be in the task store of the environment (``env_service.env``; BFCL by default)."""
+    from env_service.registry import DEFAULT_ENVIRONMENT, get_environment
 
-    store = default_store(include_composite=True)
+    env = get_environment(env_name or DEFAULT_ENVIRONMENT)
+    store = env.task_store()
     for tid in ids:
         if tid not in store:
             near = nearest(tid, store.ids())
-            hint = f"the nearest is {near}" if near else "ids look like multi_turn_base_0"
-            raise _error(f"{key}: task id {tid!r} does not exist ({hint}; fix: list ids of the BFCL multi-turn "
+            hint = f"the nearest is {near}" if near else f"ids look like {env.example_task_id}"
+            raise _error(f"{key}: task id {tid!r} does not exist ({hint}; fix: list ids of the {env.name} "
                          "tasks, or leave the key null to use the data file)")

@@ -13,6 +13,8 @@ notes`` and train on it with ``launcher.py --conf exp/examples/notes.yaml``.
 
 from __future__ import annotations
 
+from typing import Any
+
 from env_service.registry import Environment, TaskIndex, register_environment
 
 
@@ -28,6 +30,12 @@ def load_split(split: str) -> list[str]:
     return notes_split(split)
 
 
+def check_params(block: dict[str, Any]) -> None:
+    from env_service.notes.episode import NotesParams
+
+    NotesParams.model_validate(block)
+
+
 ENVIRONMENT = register_environment(Environment(
     name="notes",
     host_factory="env_service.notes.episode:notes_host",
@@ -35,4 +43,5 @@ ENVIRONMENT = register_environment(Environment(
     load_split=load_split,
     description="a notes app, a to-do list and a calendar: 30 multi-turn tasks (the worked example)",
     example_task_id="notes_000",
+    check_params=check_params,
 ))

@@ -156,10 +156,11 @@ def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, An
 
 
 def episode_params(cfg: Any, rollout_mode: str, env_params: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The ``/create`` params: ``env_service.bfcl`` + ``rollout_mode``, then the row's ``env_params``."""
-    base = select(cfg, "env_service.bfcl", {}) or {}
-    if not isinstance(base, Mapping):
-        raise ValueError("env_service.bfcl: expected a mapping of episode params")
+    """The ``/create`` params: the environment's block (``env_service.<env>``, e.g.
+    ``env_service.bfcl``) + ``rollout_mode``, then the row's ``env_params``."""
+    from seal.environment import env_params_block
+
+    base = env_params_block(cfg)
     params = deep_merge(base, {"rollout_mode": rollout_mode})
     if env_params:
         env_params = _plain(env_params)
@@ -171,8 +172,10 @@ def episode_params(cfg: Any, rollout_mode: str, env_params: Mapping[str, Any] | 
 
 def make_env_client(cfg: Any) -> Any:
     """An :class:`env_service.client.EnvClient` for ``env_service.urls`` / ``env_service.url``,
-    or an in-process service when both are unset (costly per episode: inject a shared client)."""
+    or an in-process service of ``env_service.env`` when both are unset (costly per episode:
+    inject a shared client)."""
     from env_service.client import EnvClient
+    from seal.environment import environment_name
 
     timeout = float(select(cfg, "env_service.timeout_s", 60.0))
     urls = select(cfg, "env_service.urls", []) or []
@@ -181,4 +184,4 @@ def make_env_client(cfg: Any) -> Any:
         return EnvClient(list(urls), timeout_s=timeout)
     if url:
         return EnvClient(url, timeout_s=timeout)
-    return EnvClient.in_process()
+    return EnvClient.in_process(env=environment_name(cfg))

@@ -3,7 +3,7 @@
 A trainer (either backend) calls, per step:
 
 1. :meth:`SealHooks.env_params` — the per-episode environment parameters (the
-   ``env_service.bfcl`` block, the rollout mode and, when guideline evolution is on, the
+   environment's params block (``env_service.<env>``, e.g. ``env_service.bfcl``), the rollout mode and, when guideline evolution is on, the
    guideline lines chosen from the capability state);
 2. :meth:`SealHooks.observe` — the step's *training* episodes feed the capability state;
 3. :meth:`SealHooks.reweight` — the configured reweighter (``seal.advantage.reweighter``, built
@@ -33,6 +33,7 @@ from seal.advantage import APatchConfig, get_reweighter_spec
 from seal.config import ConfigError, to_plain
 from seal.diagnosis.state import CapabilityState
 from seal.plugins import load_plugins
+from seal.environment import env_params_block
 from seal.diagnosis.stats import DiagnosisConfig, DiagnosisStats
 from seal.interface.guidelines import GuidelineConfig, select_guidelines
 
@@ -45,7 +46,7 @@ ROLLOUT_MODES = {True: "sample", False: "validate"}
 
 
 def _guideline_config(evo: Mapping[str, Any]) -> GuidelineConfig:
-    """The selection thresholds of ``env_service.bfcl.diagnostic_evolution``."""
+    """The selection thresholds of ``env_service.<env>.diagnostic_evolution``."""
     return GuidelineConfig(
         min_tag_count=int(evo.get("min_tag_count", 8)),
         prevalence_threshold=float(evo.get("prevalence_threshold", 0.10)),
@@ -73,12 +74,13 @@ class SealHooks:
         self.exp_dir = Path(exp_dir)
         seal = cfg.seal
         self.enabled = bool(seal.enable)
-        self.bfcl_params: dict[str, Any] = to_plain(cfg.env_service.bfcl) or {}
+        # The configured environment's params block (env_service.<env_service.env>).
+        self.env_block: dict[str, Any] = env_params_block(cfg)
         try:
             load_plugins(to_plain(seal.get("plugins")) or [])
             self.apatch_cfg = APatchConfig.from_dict(to_plain(seal.advantage.apatch))
             self.diag_cfg = DiagnosisConfig(save_every_n_steps=int(seal.diagnosis.save_every_n_steps))
-            self.guide_cfg = _guideline_config(self.bfcl_params.get("diagnostic_evolution") or {})
+            self.guide_cfg = _guideline_config(self.env_block.get("diagnostic_evolution") or {})
             self.reweighter_name = str(seal.advantage.reweighter)
             self.reweighter = get_reweighter_spec(self.reweighter_name)
             self.reweighter_cfg = (self.apatch_cfg if self.reweighter_name == "apatch" else
@@ -95,7 +97,7 @@ class SealHooks:
     # ------------------------------------------------------------------ per episode
 
     def guidelines_enabled(self, *, train: bool) -> bool:
-        evo = self.bfcl_params.get("diagnostic_evolution") or {}
+        evo = self.env_block.get("diagnostic_evolution") or {}
         return self.enabled and bool(evo.get("enable")) and (train or bool(evo.get("apply_to_validation")))
 
     def env_params(self, *, train: bool, category: str | None = None) -> dict[str, Any]:
@@ -105,7 +107,7 @@ class SealHooks:
         on, ``diagnostic_evolution.lines`` holds the lines selected from the capability state
         (per ``category`` when ``diagnostic_evolution.category_tags`` is set).
         """
-        params = copy.deepcopy(self.bfcl_params)
+        params = copy.deepcopy(self.env_block)
         params["rollout_mode"] = ROLLOUT_MODES[bool(train)]
         if self.guidelines_enabled(train=train) and self.state is not None:
             cat = category if self.guide_cfg.per_category else None

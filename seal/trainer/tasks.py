@@ -11,8 +11,9 @@ from typing import Any
 from omegaconf import DictConfig
 
 from seal.config import REPO_ROOT, ConfigError, to_plain
+from seal.environment import environment, task_categories
 from seal.tags import known_tags, tag_definitions
-from seal.types import PaperLabel, category_of
+from seal.types import PaperLabel
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +48,9 @@ def select_task_ids(
 ) -> list[str]:
     """The task ids of ``split`` (``train`` / ``val``) after the ``seal.tasks`` filters.
 
-    Source: ``seal.tasks.<split>_ids`` when set, else the ids in ``data.<split>_files``. Then,
-    in order: ``categories``; for the training split, ``from_tags`` / ``from_log`` (see
+    Source: ``seal.tasks.<split>_ids`` when set, else the ids in ``data.<split>_files``, else (no
+    files either) the environment's own split. Then, in order: ``categories`` (as the
+    environment's task store records them); for the training split, ``from_tags`` / ``from_log`` (see
     :func:`tasks_with_tags`); ``max_prompt_tokens`` (``default_max_prompt_tokens`` when unset;
     needs ``prompt_tokens(task_id)``, the rendered initial prompt length, see
     :mod:`seal.rollout.prompt_length`); the first ``max_<split>_tasks``.
@@ -57,13 +59,17 @@ def select_task_ids(
 
     t = cfg.seal.tasks
     explicit = t.get(f"{split}_ids")
+    files = _files(cfg.data.get(f"{split}_files"))
     if explicit:
         ids = [str(i) for i in explicit]
+    elif files:
+        ids = ids_from_parquet(files, f"data.{split}_files")
     else:
-        ids = ids_from_parquet(_files(cfg.data.get(f"{split}_files")), f"data.{split}_files")
+        ids = environment(cfg).load_split(split)
     if t.categories:
         wanted = set(t.categories)
-        ids = [i for i in ids if category_of(i) in wanted]
+        categories = task_categories(cfg, ids)
+        ids = [i for i in ids if categories[i] in wanted]
     if split == "train" and t.get("from_tags"):
         ids = tasks_with_tags(ids, t.get("from_log"), to_plain(t.from_tags))
     max_tokens = t.max_prompt_tokens or default_max_prompt_tokens

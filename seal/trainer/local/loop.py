@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from seal.config import ConfigError, to_plain
 from seal.rewards import RewardConfig
 from seal.rollout.precision import AUTOCAST_DTYPES, log_choice, resolve_autocast
-from seal.types import category_of
+from seal.environment import environment_name, task_categories
 from seal.trainer import RunStopped
 from seal.trainer.best_checkpoint import BestCheckpointKeeper, BestCheckpointSettings
 from seal.trainer.hooks import SealHooks
@@ -61,7 +61,7 @@ def make_env_client(cfg: DictConfig) -> Any:
     url = cfg.env_service.url
     if not urls and url is None:
         logger.info("environment service: in-process")
-        return EnvClient.in_process()
+        return EnvClient.in_process(env=environment_name(cfg))
     target = urls or str(url)
     logger.info("environment service: %s", target)
     return EnvClient(target, timeout_s=float(cfg.env_service.timeout_s), retries=0)
@@ -169,9 +169,11 @@ class LocalTrainer:
             return episode_from_output(job, out, self.reward_cfg, epoch=epoch, total_epochs=total_epochs,
                                        attempts=attempts)
 
+        # Categories as the environment's task store records them (the interface filters by them).
+        categories = task_categories(self.cfg, {job.task_id for job in jobs})
         coro = play_all(
             self.runner, jobs, self.sampling_params(train=train),
-            lambda job: self.hooks.env_params(train=train, category=category_of(job.task_id)),
+            lambda job: self.hooks.env_params(train=train, category=categories[job.task_id]),
             retries=0,  # the runner itself retries an episode seal.rollout.env_retries times
             to_episode=to_episode, max_concurrency=int(self.local.max_concurrent_episodes), desc=desc,
             show_progress=bool(self.local.progress_bars), extra_info={"epoch": epoch},

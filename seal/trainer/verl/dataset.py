@@ -1,9 +1,9 @@
-"""The task dataset verl's trainer iterates: one small row per BFCL task, never the long prompt.
+"""The task dataset verl's trainer iterates: one small row per task, never the long prompt.
 
 The parquet files (``data.train_files`` / ``data.val_files``) hold verl's usual five columns, and
 their ``prompt`` column is a 13k–30k-character prompt that SEAL ignores: the environment service
 renders the real prompt from the task id. verl's ``RLHFDataset`` would carry that text through
-every batch and, with ``filter_overlong_prompts``, tokenise it. :class:`BfclTaskDataset` is built
+every batch and, with ``filter_overlong_prompts``, tokenise it. :class:`TaskDataset` is built
 from task ids only (``extra_info.index`` of the parquet rows, after the ``seal.tasks`` filters —
 the same selection the local backend makes) and yields what the episode runner needs:
 
@@ -11,7 +11,8 @@ the same selection the local backend makes) and yields what the episode runner n
   keyword arguments of the ``seal_bfcl`` agent loop's ``run``;
 * ``agent_name`` (``seal_bfcl``), which verl's agent-loop worker uses to pick the loop class;
 * ``raw_prompt``, a one-message placeholder holding the task id (verl copies it into the
-  batch; nothing tokenises it), ``data_source`` (the category, which verl's validation groups
+  batch; nothing tokenises it), ``data_source`` (the category, as the environment's task store
+  records it; verl's validation groups
   its ``val-core/<data_source>/...`` metrics by), ``extra_info`` / ``index`` and a dummy tensor
   (verl's collate needs one tensor per row).
 
@@ -28,8 +29,10 @@ import torch
 from omegaconf import DictConfig
 from torch.utils.data import Dataset
 
+from env_service.registry import DEFAULT_ENVIRONMENT, get_environment
+
 from seal.config import ConfigError
-from seal.types import category_of
+from seal.environment import environment_name
 
 logger = logging.getLogger(__name__)
 
@@ -38,21 +41,23 @@ ROLLOUT_MODES = ("sample", "validate")
 SPLIT_MODES = {"train": "sample", "val": "validate"}
 
 
-class BfclTaskDataset(Dataset):
-    """One row per task id; see the module docstring for the fields of a row."""
+class TaskDataset(Dataset):
+    """One row per task id of environment ``env``; see the module docstring for the fields of a row."""
 
-    def __init__(self, task_ids: Sequence[str], *, rollout_mode: str, agent_name: str = AGENT_NAME) -> None:
+    def __init__(self, task_ids: Sequence[str], *, rollout_mode: str, agent_name: str = AGENT_NAME,
+                 env: str = DEFAULT_ENVIRONMENT) -> None:
         if rollout_mode not in ROLLOUT_MODES:
             raise ValueError(f"rollout_mode={rollout_mode!r}: choose one of {list(ROLLOUT_MODES)}")
         if not task_ids:
             raise ConfigError(f"no {rollout_mode} tasks: check data.*_files and seal.tasks")
         self.task_ids = [str(t) for t in task_ids]
-        self.categories = [category_of(t) for t in self.task_ids]
+        categories = get_environment(env).categories_of(self.task_ids)
+        self.categories = [categories[t] for t in self.task_ids]
         self.rollout_mode = rollout_mode
         self.agent_name = agent_name
 
     @classmethod
-    def from_config(cls, cfg: DictConfig, split: str, *, tokenizer: Any = None) -> BfclTaskDataset:
+    def from_config(cls, cfg: DictConfig, split: str, *, tokenizer: Any = None) -> TaskDataset:
         """The ``train`` or ``val`` tasks of an experiment config (``data.*_files`` + ``seal.tasks``).
 
         With the policy's ``tokenizer``, tasks whose real initial prompt is longer than
@@ -66,8 +71,9 @@ class BfclTaskDataset(Dataset):
         if split not in SPLIT_MODES:
             raise ValueError(f"split={split!r}: choose one of {list(SPLIT_MODES)}")
         agent_name = str(cfg.actor_rollout_ref.rollout.agent.default_agent_loop)
+        env = environment_name(cfg)
         if tokenizer is None:
-            return cls(select_task_ids(cfg, split), rollout_mode=SPLIT_MODES[split], agent_name=agent_name)
+            return cls(select_task_ids(cfg, split), rollout_mode=SPLIT_MODES[split], agent_name=agent_name, env=env)
         from seal.rollout.prompt_length import default_max_prompt_tokens, prompt_token_counter
         from seal.rollout.settings import make_env_client
 
@@ -78,7 +84,7 @@ class BfclTaskDataset(Dataset):
                                   default_max_prompt_tokens=default_max_prompt_tokens(cfg) if split == "train" else None)
         finally:
             client.close()
-        return cls(ids, rollout_mode=SPLIT_MODES[split], agent_name=agent_name)
+        return cls(ids, rollout_mode=SPLIT_MODES[split], agent_name=agent_name, env=env)
 
     def __len__(self) -> int:
         return len(self.task_ids)
@@ -95,3 +101,7 @@ class BfclTaskDataset(Dataset):
             "index": task_id,
             "dummy_tensor": torch.tensor([0], dtype=torch.uint8),
         }
+
+
+# The name the dataset had while BFCL was the only environment.
+BfclTaskDataset = TaskDataset

@@ -9,7 +9,7 @@ Ray's ``RAY_ADDRESS``) and runs :class:`SealTaskRunner` as a Ray actor.
 :class:`SealTaskRunner` (:func:`build_trainer`) builds the trainer the way verl's
 ``main_ppo_v0.TaskRunner`` does, using the same inherited helpers (worker roles, resource pools,
 config validation, tokenizer), with two differences: the datasets are
-:class:`~seal.trainer.verl.dataset.BfclTaskDataset` and the trainer is
+:class:`~seal.trainer.verl.dataset.TaskDataset` and the trainer is
 :class:`~seal.trainer.verl.trainer.SealRayPPOTrainer`; then verl's ``init_workers`` and ``fit``.
 """
 
@@ -213,7 +213,7 @@ def build_trainer(runner: BaseTaskRunner, config: DictConfig, exp_dir: Path) -> 
     from verl.utils.dataset.rl_dataset import collate_fn
     from verl.workers.config import HFModelConfig
 
-    from seal.trainer.verl.dataset import BfclTaskDataset
+    from seal.trainer.verl.dataset import TaskDataset
     from seal.trainer.verl.trainer import SealRayPPOTrainer
 
     OmegaConf.resolve(config)
@@ -225,7 +225,7 @@ def build_trainer(runner: BaseTaskRunner, config: DictConfig, exp_dir: Path) -> 
     validate_config(config=config, use_reference_policy=need_reference_policy(config),
                     use_critic=need_critic(config))
     model_config: HFModelConfig = omega_conf_to_dataclass(config.actor_rollout_ref.model)
-    train_dataset = BfclTaskDataset.from_config(config, "train", tokenizer=model_config.tokenizer)
+    train_dataset = TaskDataset.from_config(config, "train", tokenizer=model_config.tokenizer)
     return SealRayPPOTrainer(
         config=config,
         tokenizer=model_config.tokenizer,
@@ -234,7 +234,7 @@ def build_trainer(runner: BaseTaskRunner, config: DictConfig, exp_dir: Path) -> 
         resource_pool_manager=runner.init_resource_pool_mgr(config),
         ray_worker_group_cls=ray_worker_group_cls,
         train_dataset=train_dataset,
-        val_dataset=BfclTaskDataset.from_config(config, "val", tokenizer=model_config.tokenizer),
+        val_dataset=TaskDataset.from_config(config, "val", tokenizer=model_config.tokenizer),
         collate_fn=collate_fn,
         train_sampler=create_rl_sampler(config.data, train_dataset),
         exp_dir=exp_dir,
@@ -243,7 +243,7 @@ def build_trainer(runner: BaseTaskRunner, config: DictConfig, exp_dir: Path) -> 
 
 @ray.remote
 class SealTaskRunner(BaseTaskRunner):
-    """verl's task runner, building :class:`SealRayPPOTrainer` on :class:`BfclTaskDataset` rows."""
+    """verl's task runner, building :class:`SealRayPPOTrainer` on :class:`TaskDataset` rows."""
 
     def __init__(self, exp_dir: str) -> None:
         super().__init__()

@@ -49,7 +49,7 @@ def test_env_params_modes_and_guidelines(tmp_path):
     lines = hooks.env_params(train=True)["diagnostic_evolution"]["lines"]
     assert len(lines) == 1 and lines[0] == hooks.guide_cfg.line_for(str(FailureTag.STATE_MISMATCH))
     # The base params are not mutated by the guideline selection.
-    assert "lines" not in hooks.bfcl_params["diagnostic_evolution"]
+    assert "lines" not in hooks.env_block["diagnostic_evolution"]
 
 
 def test_observe_skips_faulted_episodes(tmp_path):
