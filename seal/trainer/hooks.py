@@ -3,7 +3,8 @@
 A trainer (either backend) calls, per step:
 
 1. :meth:`SealHooks.env_params` — the per-episode environment parameters (the
-   environment's params block (``env_service.<env>``, e.g. ``env_service.bfcl``), the rollout mode and, when guideline evolution is on, the
+   environment's params block (``env_service.<env>``, e.g. ``env_service.bfcl``), the rollout
+   mode and, when guideline evolution is on, the
    guideline lines chosen from the capability state);
 2. :meth:`SealHooks.observe` — the step's *training* episodes feed the capability state;
 3. :meth:`SealHooks.reweight` — the configured reweighter (``seal.advantage.reweighter``, built
