@@ -145,3 +145,13 @@ def test_served_over_http_by_name() -> None:
         assert ok.status_code == 200 and ok.json()["data"]["info"]["category"] == "single_app"
         refused = httpx.post(f"{url}/create", json={"env_type": "bfcl", "task_id": "notes_001"})
         assert refused.status_code == 400 and "this service serves 'notes'" in refused.json()["detail"]
+
+
+def test_cli_help_documents_the_environment_flag() -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "env_service", "--help"], capture_output=True, text=True, check=True)
+    assert "--env {bfcl,notes}" in out.stdout and "the environment to serve" in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "env_service", "--env", "webshop"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "invalid choice: 'webshop'" in bad.stderr
