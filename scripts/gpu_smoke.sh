@@ -70,12 +70,13 @@ OVERRIDES=("trainer.experiment_name=$NAME")
 [ -z "$MODEL" ] || OVERRIDES+=("actor_rollout_ref.model.path=$MODEL")
 [ -z "$PORT" ] || OVERRIDES+=("env_service.url=http://127.0.0.1:$PORT")
 if [ "$BACKEND" = local ]; then
-  # The quickstart's scale on the CPU: one task a step played twice, one validation task, a few
-  # tokens per model call; still two steps, validation, a checkpoint per step and a resume.
+  # The quickstart's scale on the CPU: one task a step played twice, one validation task, one
+  # model call of a few tokens per episode; still two steps, validation, a checkpoint per step
+  # and a resume.
   OVERRIDES+=(trainer.backend=local seal.local.device=cpu seal.local.tensorboard=false
               seal.local.progress_bars=false data.train_batch_size=1 actor_rollout_ref.rollout.n=2
               actor_rollout_ref.actor.ppo_mini_batch_size=1 seal.tasks.max_train_tasks=1
-              seal.tasks.max_val_tasks=1 seal.rollout.max_llm_calls=2 seal.rollout.max_tokens_per_call=8)
+              seal.tasks.max_val_tasks=1 seal.rollout.max_llm_calls=1 seal.rollout.max_tokens_per_call=8)
 fi
 OVERRIDES+=(${EXTRA[@]+"${EXTRA[@]}"})
 # verl validates again after loading a checkpoint (val_before_train); the resumed step 2 was
