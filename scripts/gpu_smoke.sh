@@ -8,7 +8,7 @@
 #   --backend  verl (default; one CUDA GPU, install.sh --gpu) or local: the same two steps, resume
 #              and checks on the CPU with the local backend and quickstart-sized settings
 #              (also SMOKE_BACKEND=local)
-#   --name     experiment name, a folder that must not exist yet (default gpu_smoke_<time>)
+#   --name     experiment name, a folder that must not exist yet (default gpu_smoke_<date>_<time>)
 #   --out      where the logs and timings go (default experiments/<name>)
 #   --model    actor_rollout_ref.model.path (default: the config's, models/SmolLM2-135M-Instruct)
 #   --port     the environment service's port (default: the config's, 8082)
@@ -54,17 +54,13 @@ if [ "$BACKEND" = verl ]; then
   "$PY" -c "import vllm, verl" >/dev/null 2>&1 \
     || die "vLLM/verl do not import in $PY: run bash install.sh --gpu first"
   "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1 \
-    || die "torch sees no CUDA GPU: run bash install.sh --gpu first, on a machine with an NVIDIA GPU (or use --backend local)"
+    || die "torch sees no CUDA GPU: run bash install.sh --gpu first, on a machine with an NVIDIA GPU" \
+           "(or use --backend local)"
 fi
 
 NAME=${NAME:-gpu_smoke_$(date +%Y%m%d_%H%M%S)}
 EXP="experiments/$NAME"
-OUT=${OUT:-$EXP}
 [ ! -e "$EXP" ] || die "$EXP already exists: give a new --name (the smoke needs a fresh experiment folder)"
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
-# Everything this script prints also goes to the log folder, to be copied back from a GPU machine.
-exec > >(tee -a "$OUT/smoke.log") 2>&1
 
 OVERRIDES=("trainer.experiment_name=$NAME")
 [ -z "$MODEL" ] || OVERRIDES+=("actor_rollout_ref.model.path=$MODEL")
@@ -100,7 +96,8 @@ if int(t.total_training_steps or 0) != 2 or int(t.save_freq or 0) <= 0:
     sys.exit("gpu_smoke: error: the smoke runs trainer.total_training_steps=2 with trainer.save_freq > 0")
 last = (2, 3)
 test_freq = int(t.test_freq or 0)
-val = ([0] if t.val_before_train else []) + [k for k in (1, 2, 3) if test_freq > 0 and (k % test_freq == 0 or k in last)]
+val = ([0] if t.val_before_train else []) + [
+    k for k in (1, 2, 3) if test_freq > 0 and (k % test_freq == 0 or k in last)]
 ckpt = [k for k in (1, 2, 3) if k % int(t.save_freq) == 0 or k in last]
 batch = int(cfg.data.train_batch_size)
 def count(ids, limit):
@@ -113,6 +110,11 @@ join = lambda xs: ",".join(map(str, xs)) or "-"
 print(join(val), join(ckpt), join(epochs), batch * int(cfg.actor_rollout_ref.rollout.n), n_val or "-")
 EOF
 ) || exit 1
+OUT=${OUT:-$EXP}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+# Everything this script prints also goes to the log folder, to be copied back from a GPU machine.
+exec > >(tee -a "$OUT/smoke.log") 2>&1
 read -r VAL_STEPS CKPT_STEPS EPOCHS EPISODES VAL_TASKS <<<"$PLAN"
 
 # follow LOG MARKS: copy stdin to the terminal and LOG; note in MARKS the seconds since start at

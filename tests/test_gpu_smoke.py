@@ -40,7 +40,8 @@ def test_the_smoke_config_is_one_gpu_two_steps_with_validation_and_checkpoints(s
     rollout = cfg.actor_rollout_ref.rollout
     assert rollout.max_model_len == 8192  # SmolLM2's context
     assert cfg.data.max_prompt_length + cfg.data.max_response_length <= rollout.max_model_len
-    assert rollout.prompt_length == cfg.data.max_prompt_length and rollout.response_length == cfg.data.max_response_length
+    assert rollout.prompt_length == cfg.data.max_prompt_length
+    assert rollout.response_length == cfg.data.max_response_length
     assert 0 < rollout.gpu_memory_utilization <= 0.5
 
 
@@ -108,7 +109,8 @@ def test_the_script_refuses_a_bad_option_with_one_line(tmp_path):
 def test_without_the_gpu_stack_the_verl_smoke_says_what_to_install(tmp_path):
     done = _run([], tmp_path)
     assert done.returncode == 1
-    assert done.stderr.strip() == f"gpu_smoke: error: vLLM/verl do not import in {sys.executable}: run bash install.sh --gpu first"
+    expected = f"gpu_smoke: error: vLLM/verl do not import in {sys.executable}: run bash install.sh --gpu first"
+    assert done.stderr.strip() == expected
     assert not (tmp_path / "experiments").exists()  # nothing started, no folder left behind
 
 
@@ -118,6 +120,14 @@ def test_the_script_wants_a_fresh_experiment_folder(tmp_path):
     assert done.returncode == 1
     assert "experiments/taken already exists: give a new --name" in done.stderr
     assert list((tmp_path / "experiments" / "taken").iterdir()) == []
+
+
+def test_a_config_the_smoke_cannot_check_stops_it_before_any_run(tmp_path):
+    done = _run(["--backend", "local", "--name", "bad", "--", "trainer.total_training_steps=5"], tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.strip() == ("gpu_smoke: error: the smoke runs trainer.total_training_steps=2 "
+                                   "with trainer.save_freq > 0")
+    assert not (tmp_path / "experiments").exists()  # no folder: the same name can be used again
 
 
 def _free_port() -> int:
