@@ -437,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--split", choices=["all", "val", "test"], default="all",
                     help="tasks to count (the records' split field); the paper reports 400 tasks")
     ap.add_argument("--step", default="last", help="last, best (highest Avg) or a step number")
-    ap.add_argument("--reward-key", default="train/reward_mean", help="metrics.jsonl key of the reward curve")
+    ap.add_argument("--reward-key", default="seal/reward_mean", help="metrics.jsonl key of the reward curve")
     ap.add_argument("--ood", action="append", default=[],
                     help="NAME=DIR: a Table 2 folder from scripts/ood_eval.py (repeatable)")
     args = ap.parse_args(argv)

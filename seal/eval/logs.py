@@ -14,7 +14,9 @@ import re
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
+
+from seal.episode import EpisodeResult
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +62,26 @@ class ValidationRecord:
     elapsed_s: float = 0.0
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_episode(cls, result: EpisodeResult, *, step: int, split: str | None, generation: Mapping[str, Any],
+                     repeat: int = 0, seed: int | None = None, elapsed_s: float = 0.0,
+                     extra: Mapping[str, Any] | None = None) -> ValidationRecord:
+        """The log line of one episode: the one constructor the trainers, ``seal eval`` and the
+        roundtrip check share. ``score`` is the binary verdict the paper's tables count;
+        ``reward`` the episode's reward; ``extra`` joins the evaluation's turn-level figures."""
+        evaluation = result.evaluation
+        return cls(
+            task_id=result.task_id, data_source=result.category, split=split, step=int(step),
+            score=1.0 if result.valid else 0.0, reward=float(result.reward), valid=result.valid,
+            error_type=result.error_type, tags=[str(t) for t in result.tags],
+            num_llm_calls=result.num_llm_calls, num_prompt_tokens=result.num_prompt_tokens,
+            num_response_tokens=result.num_response_tokens, terminated_reason=result.terminated_reason,
+            messages=[dict(m) for m in result.messages], generation=dict(generation),
+            model_turns=result.model_turns, repeat=repeat, seed=seed, elapsed_s=elapsed_s,
+            error=result.fault_text(),
+            extra={**(evaluation.log_extra() if evaluation is not None else {}), **(extra or {})},
+        )
 
     def to_json_dict(self, *, max_message_chars: int | None = None) -> dict[str, Any]:
         """The log line as a dict; ``max_message_chars`` truncates each message's content."""

@@ -15,8 +15,10 @@ import random
 from pathlib import Path
 from typing import Any
 
+from seal.episode import EpisodeResult, Evaluation
 from seal.eval.export import call_to_keywords, method_parameters
 from seal.eval.logs import ValidationLogWriter, ValidationRecord
+from seal.rewards import RewardConfig, episode_reward
 
 logger = logging.getLogger(__name__)
 
@@ -90,11 +92,13 @@ def roundtrip_records(per_category: int, seed: int = 0) -> list[ValidationRecord
             kind = PERTURBATIONS[n % len(PERTURBATIONS)]
             turns = perturb(task.gt_turns, kind, rng)
             check = check_episode(turns, task.gt_turns, task.entry)
-            score = 1.0 if check.valid else 0.0
-            records.append(ValidationRecord(
-                task_id=tid, data_source=cat, split=None, step=0, score=score, reward=score, valid=check.valid,
-                error_type=check.error_type, tags=[str(t) for t in check.tags], model_turns=turns,
-                terminated_reason=kind, extra={"perturbation": kind}))
+            evaluation = Evaluation.from_wire({**check.to_dict(), "model_turns": turns})
+            result = EpisodeResult(task_id=tid, category=cat, rollout_mode="validate", evaluation=evaluation,
+                                   terminated_reason=kind)
+            reward = episode_reward(result, cfg=RewardConfig(), train=False)
+            result = result.with_reward(reward.score, reward.meta)
+            records.append(ValidationRecord.from_episode(result, step=0, split=None, generation={},
+                                                         extra={"perturbation": kind}))
     return records
 
 

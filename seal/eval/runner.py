@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from env_service.client import EnvError
+from seal.episode import EpisodeResult, Evaluation
 from seal.eval.logs import ValidationLogWriter, ValidationRecord, finished_keys, read_log_file
 from seal.eval.policies import (
     ChatPolicy,
@@ -28,6 +29,7 @@ from seal.eval.policies import (
     complete_with_usage,
 )
 from seal.eval.stats import OVERALL, category_mean, dedupe_latest, mean_std, pass_counts
+from seal.rewards import RewardConfig, episode_reward
 from seal.rollout.few_shot import with_few_shot
 from seal.rollout.settings import RolloutSettings
 from seal.rollout.tokens import clip_text
@@ -104,38 +106,6 @@ def _unpack_step(outcome: Any) -> tuple[str | None, bool, dict[str, Any]]:
     return obs, bool(terminated), dict(info or {})
 
 
-def _interpret_evaluation(result: Any) -> dict[str, Any]:
-    """Normalise ``evaluate(sparse=False)`` into the record's verdict fields."""
-    if isinstance(result, (int, float)):
-        score = float(result)
-        return {"score": score, "reward": score, "valid": score >= 1.0}
-    if not isinstance(result, dict):
-        raise TypeError(f"evaluate returned {type(result).__name__}; expected a dict or a float")
-    check = result.get("check") if isinstance(result.get("check"), dict) else result
-    valid = check.get("valid")
-    score = result.get("score", result.get("accuracy"))
-    if score is None:
-        if valid is None:
-            raise KeyError(f"evaluate result has none of score/accuracy/valid: {sorted(result)}")
-        score = 1.0 if valid else 0.0
-    if valid is None:
-        valid = float(score) >= 1.0
-    out = {
-        "score": float(score),
-        "reward": float(result.get("reward", score)),
-        "valid": bool(valid),
-        "error_type": check.get("error_type"),
-        "tags": [str(t) for t in (check.get("tags") or check.get("failure_tags") or [])],
-        "model_turns": result.get("model_turns", check.get("model_turns")),
-    }
-    extra = {k: check[k] for k in ("passed_turns", "scorable_turns", "progress", "failed_turn", "events")
-             if k in check}
-    if "terminated_reason" in result:  # the environment's own reason, next to the runner's
-        extra["env_terminated_reason"] = result["terminated_reason"]
-    out["extra"] = extra
-    return out
-
-
 def run_episode(
     client: Any,
     policy: ChatPolicy,
@@ -164,14 +134,13 @@ def run_episode(
         repeat=repeat, seed=sampling.seed,
     )
     instance_id: str | None = None
+    evaluation: Evaluation | None = None
     try:
         instance_id, messages, info = _unpack_create(client.create(task_id, params))
         record.messages = with_few_shot(messages, budget.few_shot)
         role = str(info.get("observation_role") or DEFAULT_OBSERVATION_ROLE)
         record.terminated_reason = _dialogue(client, policy, instance_id, record, sampling, budget, role)
-        verdict = _interpret_evaluation(client.evaluate(instance_id, sparse=False))
-        for key, value in verdict.items():
-            setattr(record, key, value)
+        evaluation = Evaluation.from_wire(client.evaluate(instance_id, sparse=False))
     except (PolicyError, EnvError, OSError) as exc:
         # The LLM or the environment failed after its retries: the episode is errored (not
         # scored), reported in one line; the same command redoes it.
@@ -186,10 +155,24 @@ def run_episode(
     finally:
         if instance_id is not None:
             _release(client, instance_id)
-    record.elapsed_s = round(time.monotonic() - t0, 3)
+    record = _to_record(record, evaluation, elapsed_s=round(time.monotonic() - t0, 3))
     logger.info("%s: score %.1f, %d LLM calls, %s, %.1fs%s", task_id, record.score, record.num_llm_calls,
                 record.terminated_reason, record.elapsed_s, f", error: {record.error}" if record.error else "")
     return record
+
+
+def _to_record(scratch: ValidationRecord, evaluation: Evaluation | None, *, elapsed_s: float) -> ValidationRecord:
+    """The episode's log line through the one constructor the trainers use: ``scratch`` holds what
+    the dialogue gathered; the score is the binary verdict (``seal.rewards.episode_reward``)."""
+    result = EpisodeResult(
+        task_id=scratch.task_id, category=scratch.data_source, rollout_mode=VALIDATE_PARAMS["rollout_mode"],
+        evaluation=evaluation, num_llm_calls=scratch.num_llm_calls, num_prompt_tokens=scratch.num_prompt_tokens,
+        num_response_tokens=scratch.num_response_tokens, terminated_reason=scratch.terminated_reason,
+        messages=tuple(scratch.messages), error=scratch.error)
+    reward = episode_reward(result, cfg=RewardConfig(), train=False)
+    return ValidationRecord.from_episode(result.with_reward(reward.score, reward.meta), step=scratch.step,
+                                         split=scratch.split, generation=scratch.generation, repeat=scratch.repeat,
+                                         seed=scratch.seed, elapsed_s=elapsed_s)
 
 
 def _dialogue(

@@ -1,4 +1,4 @@
-"""Episode rewards from the environment's ``/evaluate`` result.
+"""Episode rewards from the environment's evaluation (:class:`seal.episode.Evaluation`).
 
 ``binary`` (default, the paper's recipe): 1 iff BFCL's multi-turn checker passes. The dense
 modes give partial credit to failed episodes: ``capped`` (turn progress, weighted and capped,
@@ -8,11 +8,13 @@ turns weighted). Every knob is used as given; an explicit 0 means 0.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from seal.episode import EpisodeResult, Evaluation
 from seal.types import dataclass_from_mapping
 
 REWARD_MODES = ("binary", "capped", "progress")
@@ -58,18 +60,11 @@ def _clip01(x: float) -> float:
     return min(max(float(x), 0.0), 1.0)
 
 
-def _need(check: Mapping[str, Any], key: str, mode: str) -> Any:
-    if key not in check:
-        raise KeyError(f"reward mode {mode!r} needs {key!r} in the evaluate result; got keys {sorted(check)}")
-    return check[key]
-
-
-def _passed(check: Mapping[str, Any]) -> bool:
-    if "accuracy" in check:
-        return float(check["accuracy"]) >= 1.0
-    if "valid" in check:
-        return bool(check["valid"])
-    raise KeyError(f"the evaluate result has neither 'accuracy' nor 'valid'; got keys {sorted(check)}")
+def _need(evaluation: Evaluation, key: str, mode: str) -> Any:
+    value = getattr(evaluation, key)
+    if value is None:
+        raise KeyError(f"reward mode {mode!r} needs {key!r} in the evaluate result; the environment did not report it")
+    return value
 
 
 def effective_cap(cfg: RewardConfig, epoch: int, total_epochs: int) -> float:
@@ -82,41 +77,40 @@ def effective_cap(cfg: RewardConfig, epoch: int, total_epochs: int) -> float:
     return max(cfg.min_cap, cfg.partial_credit_cap * (1.0 - epoch / total_epochs))
 
 
-def _progress_score(check: Mapping[str, Any], cfg: RewardConfig) -> float:
+def _progress_score(evaluation: Evaluation, cfg: RewardConfig) -> float:
     m = "progress"
-    scorable = float(_need(check, "scorable_turns", m))
-    passed = float(_need(check, "passed_turns", m))
-    irr = float(_need(check, "irrelevance_turns", m))
-    passed_irr = float(_need(check, "passed_irrelevance_turns", m))
+    scorable = float(_need(evaluation, "scorable_turns", m))
+    passed = float(_need(evaluation, "passed_turns", m))
+    irr = float(_need(evaluation, "irrelevance_turns", m))
+    passed_irr = float(_need(evaluation, "passed_irrelevance_turns", m))
     if cfg.scorable_floor and scorable > 0 and passed == 0:
         return 0.0
     w = cfg.irrelevance_weight
     denom = scorable + w * irr
     if denom > 0:
         return _clip01((passed + w * passed_irr) / denom)
-    return _clip01(_need(check, "progress_with_irrelevance", m))
+    return _clip01(_need(evaluation, "progress_with_irrelevance", m))
 
 
 def compute_reward(
-    check: Mapping[str, Any], *, cfg: RewardConfig, epoch: int = 0, total_epochs: int = 1
+    evaluation: Evaluation, *, cfg: RewardConfig, epoch: int = 0, total_epochs: int = 1
 ) -> RewardResult:
-    """Score one episode from its full ``/evaluate`` result ``check``.
+    """Score one episode from the environment's typed ``evaluation``.
 
     ``binary``: 1.0 if passed else 0.0. ``capped``: 1 if passed else
     min(cap, max(0, weight)·clip(progress, 0, 1)) with the cap from :func:`effective_cap`.
     ``progress``: 1 if passed; else 0 when ``scorable_floor`` and no scorable turn passed;
     else clip((passed + w·passed_irr) / (scorable + w·irr), 0, 1), falling back to
-    ``progress_with_irrelevance`` when the denominator is 0. "Passed" is ``accuracy >= 1``
-    (or ``valid`` when there is no accuracy).
+    ``progress_with_irrelevance`` when the denominator is 0. "Passed" is the verifier's verdict.
     """
-    passed = _passed(check)
+    passed = evaluation.valid
     meta: dict[str, Any] = {
         "mode": cfg.mode,
         "passed": passed,
-        "tags": list(check.get("failure_tags") or check.get("tags") or []),
-        "per_turn_valid": list(check.get("per_turn_valid") or []),
-        "progress": check.get("progress"),
-        "progress_with_irrelevance": check.get("progress_with_irrelevance"),
+        "tags": list(evaluation.tags),
+        "per_turn_valid": list(evaluation.per_turn_valid or []),
+        "progress": evaluation.progress,
+        "progress_with_irrelevance": evaluation.progress_with_irrelevance,
     }
     if passed:
         score = 1.0
@@ -125,10 +119,25 @@ def compute_reward(
     elif cfg.mode == "capped":
         cap = effective_cap(cfg, epoch, total_epochs)
         meta["cap"] = cap
-        score = min(cap, cfg.partial_credit_weight * _clip01(_need(check, "progress", "capped")))
+        score = min(cap, cfg.partial_credit_weight * _clip01(_need(evaluation, "progress", "capped")))
     else:
-        score = _progress_score(check, cfg)
+        score = _progress_score(evaluation, cfg)
     return RewardResult(score=float(score), meta=meta)
 
 
-__all__ = ["REWARD_MODES", "RewardConfig", "RewardResult", "compute_reward", "effective_cap"]
+def episode_reward(
+    result: EpisodeResult, *, cfg: RewardConfig, train: bool, epoch: int = 0, total_epochs: int = 1
+) -> RewardResult:
+    """The one reward of an episode, for every trainer and log.
+
+    An excluded or unevaluated episode scores 0 (it is never trained on). A validation episode
+    (``train=False``) scores the binary verdict whatever ``cfg.mode``, as the paper's tables
+    report pass rates; a training episode scores ``cfg``'s mode at ``epoch``.
+    """
+    if result.excluded or result.evaluation is None:
+        return RewardResult(score=0.0, meta={})
+    mode_cfg = cfg if train else dataclasses.replace(cfg, mode="binary")
+    return compute_reward(result.evaluation, cfg=mode_cfg, epoch=epoch, total_epochs=total_epochs)
+
+
+__all__ = ["REWARD_MODES", "RewardConfig", "RewardResult", "compute_reward", "effective_cap", "episode_reward"]

@@ -11,10 +11,10 @@ environment is the decoded generation (special tokens dropped).
 
 Limits: ``max_llm_calls`` per episode, an optional per-turn cap, and the episode budget
 (``seal.rollout.episode_budget``; by default the release's: no LLM call once the raw context
-reaches ``max_model_len - response_length``). Hitting one ends the episode and is recorded in
-``extra_fields["terminated_reason"]``; nothing raises. The episode is scored whole; its training
-tensors hold the first ``response_length`` response tokens (the cut is counted in
-``extra_fields["truncated_response_tokens"]``). Faults never reach training:
+reaches ``max_model_len - response_length``). Hitting one ends the episode and is recorded in the
+episode's record (:class:`seal.episode.EpisodeResult`, ``terminated_reason``); nothing raises.
+The episode is scored whole; its training tensors hold the first ``response_length`` response
+tokens (the cut is counted in ``truncated_response_tokens``). Faults never reach training:
 
 * LLM failure (the server raises or aborts): ``llm_fault=True``; the episode ends at once;
 * environment failure (unavailable service, lost instance): the whole episode is retried
@@ -23,8 +23,10 @@ tensors hold the first ``response_length`` response tokens (the cut is counted i
 A faulted episode has ``excluded=True``, an all-zero ``response_mask`` and reward 0, so even a
 trainer that forgets to drop it cannot train on it.
 
+``extra_fields`` is the record's field form (:meth:`~seal.episode.EpisodeResult.to_fields`), so
+verl turns it into batch columns that :meth:`~seal.episode.EpisodeResult.from_fields` reads back.
 Every episode (faulted ones too) also carries ``extra_fields["reward_extra_info"]`` =
-``{"seal_record": <JSON>}``: the validation-log fields that the verl backend's validation dump
+``{"seal_record": <JSON of the same fields>}``, which the verl backend's validation dump
 (:mod:`seal.trainer.verl.validation`) reads back.
 
 Dataset-row kwargs read by :meth:`run`: ``task_id`` (required), ``rollout_mode`` (``sample`` for
@@ -49,10 +51,13 @@ from typing import Any
 from omegaconf import OmegaConf
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, DictConfigWrap, register
 
+from seal.episode import EpisodeResult, Evaluation
 from seal.eval.logs import RECORD_KEY
+from seal.rewards import RewardConfig, episode_reward
 from seal.rollout.few_shot import with_few_shot
 from seal.rollout.settings import RolloutSettings, episode_params, make_env_client, select
 from seal.rollout.tokens import ChatFormat, TokenTrace, clip_text
+from seal.types import category_of
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +133,7 @@ class BfclAgentLoop(AgentLoopBase):
         super().__init__(trainer_config, server_manager, tokenizer, processor, dataset_cls, data_config,
                          hf_model_type=hf_model_type, **kwargs)
         self.settings = RolloutSettings.from_config(self.config)
+        self.reward_cfg = RewardConfig.from_dict(select(self.config, "seal.reward", {}))
         self.chat = ChatFormat.from_tokenizer(tokenizer, self.apply_chat_template_kwargs)
         self._env_client = env_client
         self._env_client_factory = env_client_factory
@@ -320,73 +326,60 @@ class BfclAgentLoop(AgentLoopBase):
 
     # ------------------------------------------------------------------ output
 
-    def _reward(self, check: Mapping[str, Any], extra_info: Mapping[str, Any], mode: str) -> tuple[float, dict]:
-        """The training reward (``seal.reward``); a validation episode's score is always the
-        binary verdict, as the paper's tables report pass rates whatever the training reward."""
-        from seal.rewards import RewardConfig, compute_reward
-
-        reward = select(self.config, "seal.reward", {}) or {}
-        cfg = RewardConfig.from_dict({**reward, "mode": "binary"} if mode == "validate" else reward)
-        result = compute_reward(check, cfg=cfg, epoch=int(extra_info.get("epoch", 0) or 0),
+    def _result(self, episode: _Episode, check: Mapping[str, Any] | None, task_id: str, mode: str,
+                extra_info: Mapping[str, Any], *, env_fault: bool, attempts: int) -> EpisodeResult:
+        """The episode's typed record, with its one reward (:func:`seal.rewards.episode_reward`)."""
+        trace = episode.trace
+        evaluation = Evaluation.from_wire(_json_safe(dict(check))) if check is not None else None
+        result = EpisodeResult(
+            task_id=task_id, category=_category(episode, evaluation, task_id), rollout_mode=mode,
+            evaluation=evaluation, num_llm_calls=episode.num_llm_calls,
+            num_prompt_tokens=len(trace.prompt_ids), num_response_tokens=int(sum(trace.response_mask)),
+            truncated_response_tokens=max(0, len(trace.response_ids) - self.settings.response_length),
+            clipped_observations=episode.clipped_observations, terminated_reason=episode.terminated_reason or "",
+            messages=tuple(episode.messages), env_fault=env_fault, llm_fault=episode.llm_fault,
+            # Nothing the model wrote (a prompt that did not fit, or no room for one token) is as
+            # untrainable as a fault: excluded, so every trainer leaves it out the same way.
+            excluded=(env_fault or episode.llm_fault or episode.terminated_reason == PROMPT_OVERFLOW
+                      or not any(trace.response_mask)),
+            error=episode.error, env_attempts=attempts)
+        reward = episode_reward(result, cfg=self.reward_cfg, train=mode != "validate",
+                                epoch=int(extra_info.get("epoch", 0) or 0),
                                 total_epochs=int(select(self.config, "trainer.total_epochs", 1) or 1))
-        return float(result.score), _json_safe(result.meta)
+        return result.with_reward(reward.score, _json_safe(reward.meta))
 
     def _output(self, episode: _Episode, check: Mapping[str, Any] | None, task_id: str, mode: str,
                 extra_info: Mapping[str, Any], *, env_fault: bool, attempts: int) -> AgentLoopOutput:
         trace = episode.trace
+        result = self._result(episode, check, task_id, mode, extra_info, env_fault=env_fault, attempts=attempts)
         prompt_ids = trace.prompt_ids[-self.settings.prompt_length:]
         # The episode was played and scored whole; its training tensors hold the first
         # response_length tokens after the prompt (the release truncates the same way).
         width = self.settings.response_length
-        truncated = max(0, len(trace.response_ids) - width)
-        # Nothing the model wrote (a prompt that did not fit, or no room for one token) is as
-        # untrainable as a fault: excluded, so every trainer leaves it out the same way.
-        excluded = (env_fault or episode.llm_fault or episode.terminated_reason == PROMPT_OVERFLOW
-                    or not any(trace.response_mask))
-        check = _json_safe(dict(check)) if check is not None else None
-        score, reward_meta = (0.0, {}) if excluded or check is None else self._reward(check, extra_info, mode)
-        tags = list((check or {}).get("failure_tags") or (check or {}).get("tags") or [])
-        mask = [0] * min(len(trace.response_mask), width) if excluded else list(trace.response_mask[:width])
-        extra = {
-            "task_id": task_id, "category": episode.category or (check or {}).get("category"),
-            "rollout_mode": mode, "tags": tags, "check": check, "reward_meta": reward_meta,
-            "num_llm_calls": episode.num_llm_calls, "terminated_reason": episode.terminated_reason,
-            "messages": episode.messages, "env_fault": env_fault, "llm_fault": episode.llm_fault,
-            "excluded": excluded, "error": episode.error, "env_attempts": attempts,
-            "clipped_observations": episode.clipped_observations, "truncated_response_tokens": truncated,
-        }
+        mask = [0] * min(len(trace.response_mask), width) if result.excluded else list(trace.response_mask[:width])
+        extra = result.to_fields()
         # verl copies extra_fields["reward_extra_info"] into the batch as one column per key, taking
         # the keys from the batch's first episode: so every episode, faulted or not, carries the
-        # same single key. The trainer's validation dump turns the column into the project's log.
-        extra["reward_extra_info"] = {RECORD_KEY: json.dumps(_seal_record(episode, check, extra, trace))}
+        # same single key. The trainer's validation dump reads the record back from it.
+        extra["reward_extra_info"] = {RECORD_KEY: json.dumps(result.to_fields())}
         return AgentLoopOutput(
             prompt_ids=prompt_ids, response_ids=list(trace.response_ids[:width]), response_mask=mask,
             # One rule for every episode of a run, whatever happened to it: verl concatenates the
             # outputs of all episodes and keeps ``rollout_log_probs`` only if every one has them.
             response_logprobs=list(trace.response_logprobs[:width]) if episode.want_logprobs else None,
-            reward_score=score, num_turns=1 + episode.num_llm_calls + episode.observations,
+            reward_score=result.reward, num_turns=1 + episode.num_llm_calls + episode.observations,
             metrics={"generate_sequences": episode.generate_s, "tool_calls": episode.env_s},
             extra_fields=extra)
 
 
-def _seal_record(episode: _Episode, check: Mapping[str, Any] | None, extra: Mapping[str, Any],
-                 trace: TokenTrace) -> dict[str, Any]:
-    """The validation-log fields of one episode (read by ``seal.trainer.verl.validation``)."""
-    check = check or {}
-    faulted = bool(extra["env_fault"] or extra["llm_fault"])
-    error = extra["error"]
-    if faulted:
-        error = ("environment fault: " if extra["env_fault"] else "LLM fault: ") + str(error or "")
-    return {
-        "task_id": extra["task_id"], "category": extra["category"],
-        "valid": bool(check.get("valid")) and not extra["excluded"],
-        "error_type": check.get("error_type"), "tags": [str(t) for t in extra["tags"]],
-        "num_llm_calls": episode.num_llm_calls, "num_prompt_tokens": len(trace.prompt_ids),
-        "num_response_tokens": int(sum(trace.response_mask)),
-        "terminated_reason": episode.terminated_reason or "", "messages": episode.messages,
-        "model_turns": check.get("model_turns"), "env_fault": bool(extra["env_fault"]),
-        "llm_fault": bool(extra["llm_fault"]), "error": error,
-    }
+def _category(episode: _Episode, evaluation: Evaluation | None, task_id: str) -> str:
+    """The task's category as the environment reported it (at ``/create``, else in the
+    evaluation); an episode whose ``/create`` never succeeded falls back to the id's prefix."""
+    if episode.category:
+        return str(episode.category)
+    if evaluation is not None and evaluation.category:
+        return evaluation.category
+    return category_of(task_id)
 
 
 def _wants_logprobs(sampling_params: Mapping[str, Any]) -> bool:

@@ -36,6 +36,7 @@ from seal.diagnosis.state import CapabilityState
 from seal.plugins import load_plugins
 from seal.environment import env_params_block
 from seal.diagnosis.stats import DiagnosisConfig, DiagnosisStats
+from seal.episode import EpisodeResult
 from seal.interface.guidelines import GuidelineConfig, select_guidelines
 
 logger = logging.getLogger(__name__)
@@ -55,12 +56,6 @@ def _guideline_config(evo: Mapping[str, Any]) -> GuidelineConfig:
         max_lines=int(evo.get("max_lines", 3)),
         per_category=bool(evo.get("category_tags", False)),
     )
-
-
-def _field(ep: Any, name: str, default: Any = None) -> Any:
-    if isinstance(ep, Mapping):
-        return ep.get(name, default)
-    return getattr(ep, name, default)
 
 
 class SealHooks:
@@ -117,32 +112,22 @@ class SealHooks:
 
     # ------------------------------------------------------------------ per step
 
-    def observe(self, episodes: Iterable[Any], *, epoch: int, step: int) -> dict[str, float]:
+    def observe(self, episodes: Iterable[EpisodeResult], *, epoch: int, step: int) -> dict[str, float]:
         """Feed the step's *training* episodes to the capability state.
 
-        Each episode (a mapping, or an object such as the local trainer's ``Episode``) has
-        ``task_id``, ``category``, ``reward``, ``success``, ``tags`` and ``error_messages``;
-        episodes with ``env_fault``, ``llm_fault`` or ``excluded`` set are skipped (they were not
-        played to the end, so their diagnosis says nothing about the policy).
+        Excluded episodes (faults, prompts that did not fit) are skipped: they were not played to
+        the end, so their diagnosis says nothing about the policy.
         """
         observed = skipped = 0
         for ep in episodes:
-            if _field(ep, "env_fault") or _field(ep, "llm_fault") or _field(ep, "excluded"):
+            if ep.excluded:
                 skipped += 1
                 continue
             observed += 1
             if self.state is None:
                 continue
-            self.state.observe(
-                str(_field(ep, "category")),
-                str(_field(ep, "task_id")),
-                float(_field(ep, "reward", 0.0)),
-                bool(_field(ep, "success", False)),
-                list(_field(ep, "tags") or []),
-                epoch,
-                step,
-            )
-            self.error_counter.update(_field(ep, "error_messages") or [])
+            self.state.observe(ep.category, ep.task_id, ep.reward, ep.valid, list(ep.tags), epoch, step)
+            self.error_counter.update(ep.error_messages)
         n = self.diag_cfg.save_every_n_steps
         if self.state is not None and n and step % n == 0:
             self.save_state()

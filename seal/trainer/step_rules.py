@@ -3,8 +3,8 @@
 An episode is left out of the update (its loss mask zeroed, its reward kept out of its GRPO
 group's baseline) when
 
-1. it is *excluded*: the environment or the LLM failed (``env_fault`` / ``llm_fault``), or the
-   runner marked it ``excluded`` (its prompt did not fit the context); such an episode was not
+1. it is *excluded* (:attr:`seal.episode.EpisodeResult.excluded`): the environment or the LLM
+   failed, or its prompt did not fit the context, or the model wrote nothing; such an episode was not
    played to the end, so its reward says nothing about the policy;
 2. it is a *lone survivor*: with ``n > 1`` rollouts per task, every other episode of its group
    was excluded. GRPO's baseline is the group mean; a group of one has none (verl's
@@ -18,19 +18,10 @@ log a warning and count it in ``seal/skipped_updates``.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-EXCLUSION_FIELDS = ("env_fault", "llm_fault", "excluded")
-
-
-def is_excluded(episode: Any) -> bool:
-    """Rule 1: an episode (a mapping or an object with those attributes) that faulted or that
-    the runner excluded."""
-    if isinstance(episode, Mapping):
-        return any(bool(episode.get(f)) for f in EXCLUSION_FIELDS)
-    return any(bool(getattr(episode, f, False)) for f in EXCLUSION_FIELDS)
+from seal.episode import EpisodeResult
 
 
 @dataclass(frozen=True)
@@ -68,7 +59,7 @@ def select_trainable(excluded: Sequence[bool], groups: Sequence[Hashable], *, n:
     """Apply rules 1 and 2 to a step's episodes.
 
     Args:
-        excluded: ``B`` flags of rule 1 (see :func:`is_excluded`).
+        excluded: ``B`` flags of rule 1 (:attr:`seal.episode.EpisodeResult.excluded`).
         groups: ``B`` GRPO group ids (verl's ``uid``: one per task of the step).
         n: rollouts per task (``actor_rollout_ref.rollout.n``); rule 2 applies only when ``n > 1``.
     """
@@ -86,3 +77,31 @@ def select_trainable(excluded: Sequence[bool], groups: Sequence[Hashable], *, n:
         else:
             trainable.append(True)
     return StepSelection(tuple(trainable), excluded=sum(bool(x) for x in excluded), lone_survivors=lonely)
+
+
+def episode_metrics(results: Sequence[EpisodeResult]) -> dict[str, float]:
+    """The step's episode metrics, under the same ``seal/*`` names on both backends.
+
+    Counts over all ``B`` episodes: ``seal/env_faults``, ``seal/llm_faults``,
+    ``seal/truncated_episodes`` (response tokens cut from the training tensors). Over the played
+    (not excluded) episodes, when there are any: ``seal/reward_mean``, ``seal/success_rate``
+    (the verifier's pass rate), ``seal/num_llm_calls_mean``, ``seal/response_tokens_mean`` (the
+    model's tokens per episode) and ``seal/tagged_episodes``. The episode counts themselves are
+    :meth:`StepSelection.metrics`'.
+    """
+    out = {
+        "seal/env_faults": float(sum(r.env_fault for r in results)),
+        "seal/llm_faults": float(sum(r.llm_fault for r in results)),
+        "seal/truncated_episodes": float(sum(r.truncated_response_tokens > 0 for r in results)),
+    }
+    played = [r for r in results if not r.excluded]
+    if played:
+        n = len(played)
+        out.update({
+            "seal/reward_mean": sum(r.reward for r in played) / n,
+            "seal/success_rate": sum(r.valid for r in played) / n,
+            "seal/num_llm_calls_mean": sum(r.num_llm_calls for r in played) / n,
+            "seal/response_tokens_mean": sum(r.num_response_tokens for r in played) / n,
+            "seal/tagged_episodes": float(sum(bool(r.tags) for r in played)),
+        })
+    return out

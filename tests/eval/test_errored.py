@@ -48,12 +48,14 @@ def test_errored_records_are_counted_apart_from_the_pass_rate():
 
 
 def test_local_validation_metrics_leave_faults_out():
+    from seal.episode import EpisodeResult, Evaluation
     from seal.trainer.local.episodes import Episode
     from seal.trainer.local.validation import validation_metrics
 
-    eps = [Episode("multi_turn_base_1", "multi_turn_base", "u1", 0, success=True),
-           Episode("multi_turn_base_2", "multi_turn_base", "u2", 0, env_fault=True, excluded=True),
-           Episode("multi_turn_base_3", "multi_turn_base", "u3", 0, llm_fault=True, excluded=True)]
+    passed = Evaluation.from_wire({"valid": True, "failure_tags": ["pass"]})
+    eps = [Episode(EpisodeResult("multi_turn_base_1", "multi_turn_base", evaluation=passed), "u1", 0),
+           Episode(EpisodeResult("multi_turn_base_2", "multi_turn_base", env_fault=True), "u2", 0),
+           Episode(EpisodeResult("multi_turn_base_3", "multi_turn_base", llm_fault=True), "u3", 0)]
     metrics = validation_metrics(eps)
     assert metrics["val/pass_rate"] == 1.0 and metrics["val/faults"] == 2.0
 

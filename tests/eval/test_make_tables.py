@@ -53,7 +53,7 @@ def _make_run(root: Path, rng: random.Random, p_pass: float, steps=(0, 10), repe
                 "dynamic_tag_weights": {"state_mismatch": 1.0 + 0.01 * step, "pass": 1.0}}))
         with (root / "metrics.jsonl").open("w") as fh:
             for s in range(0, max(steps) + 1):
-                fh.write(json.dumps({"step": s, "train/reward_mean": 0.1 + 0.01 * s,
+                fh.write(json.dumps({"step": s, "seal/reward_mean": 0.1 + 0.01 * s,
                                      "seal/diagnosis/dynamic_tag_weight/spurious_tool_call": 2.0 - 0.01 * s}) + "\n")
     return truth
 

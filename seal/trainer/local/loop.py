@@ -19,7 +19,6 @@ import torch
 from omegaconf import DictConfig
 
 from seal.config import ConfigError, to_plain
-from seal.rewards import RewardConfig
 from seal.rollout.precision import AUTOCAST_DTYPES, log_choice, resolve_autocast
 from seal.environment import environment_name, task_categories
 from seal.trainer import RunStopped
@@ -28,7 +27,7 @@ from seal.trainer.hooks import SealHooks
 from seal.trainer.local import checkpoint as ckpt
 from seal.trainer.local.data import TaskSampler
 from seal.rollout.prompt_length import prompt_token_counter
-from seal.trainer.step_rules import select_trainable
+from seal.trainer.step_rules import episode_metrics, select_trainable
 from seal.trainer.tasks import select_task_ids
 from seal.trainer.local.episodes import Episode, EpisodeJob, episode_from_output, play_all
 from seal.trainer.local.metrics import MetricsLogger
@@ -95,7 +94,6 @@ class LocalTrainer:
         self.ref_model = frozen_copy(self.model) if self.loss_settings.use_kl_loss else None
         self.optimizer = self._make_optimizer()
         self.hooks = SealHooks(cfg, self.exp_dir)
-        self.reward_cfg = RewardConfig.from_dict(to_plain(cfg.seal.reward))
         self.env = env_client if env_client is not None else make_env_client(cfg)
         self._own_env = env_client is None
         # One precision for generation and the update (seal.rollout.precision: auto = bf16 only
@@ -162,33 +160,27 @@ class LocalTrainer:
     # ------------------------------------------------------------------ rollouts
 
     def play(self, jobs: Sequence[EpisodeJob], *, train: bool, epoch: int, desc: str) -> list[Episode]:
-        """Play ``jobs`` concurrently through the episode runner (a progress bar per call)."""
-        total_epochs = int(self.cfg.trainer.total_epochs)
-
-        def to_episode(job: EpisodeJob, out: Any, attempts: int) -> Episode:
-            return episode_from_output(job, out, self.reward_cfg, epoch=epoch, total_epochs=total_epochs,
-                                       attempts=attempts)
-
+        """Play ``jobs`` concurrently through the episode runner (a progress bar per call); the
+        runner scores each episode (``epoch`` reaches its reward through ``extra_info``)."""
         # Categories as the environment's task store records them (the interface filters by them).
         categories = task_categories(self.cfg, {job.task_id for job in jobs})
         coro = play_all(
             self.runner, jobs, self.sampling_params(train=train),
             lambda job: self.hooks.env_params(train=train, category=categories[job.task_id]),
             retries=0,  # the runner itself retries an episode seal.rollout.env_retries times
-            to_episode=to_episode, max_concurrency=int(self.local.max_concurrent_episodes), desc=desc,
+            to_episode=episode_from_output, max_concurrency=int(self.local.max_concurrent_episodes), desc=desc,
             show_progress=bool(self.local.progress_bars), extra_info={"epoch": epoch},
         )
         return self.loop.run_until_complete(coro)
 
-    def check_faults(self, episodes: Sequence[Episode], step: int) -> dict[str, float]:
-        """Count faulted episodes; stop the run when more than ``seal.local.max_fault_fraction`` fault."""
+    def check_faults(self, episodes: Sequence[Episode], step: int) -> None:
+        """Stop the run when more than ``seal.local.max_fault_fraction`` of the episodes fault."""
         env = sum(e.env_fault for e in episodes)
         llm = sum(e.llm_fault for e in episodes)
         frac = (env + llm) / max(len(episodes), 1)
         for e in episodes:
             if e.env_fault or e.llm_fault:
-                logger.warning("step %d: %s#%d excluded (%s fault: %s)", step, e.task_id, e.sample,
-                               "environment" if e.env_fault else "LLM", e.fault_reason)
+                logger.warning("step %d: %s#%d excluded (%s)", step, e.task_id, e.sample, e.result.fault_text())
         limit = float(self.local.max_fault_fraction)
         if frac > limit:
             where = self.cfg.env_service.urls or self.cfg.env_service.url or "in-process"
@@ -196,7 +188,6 @@ class LocalTrainer:
                 f"step {step}: {env + llm} of {len(episodes)} episodes faulted ({env} environment, {llm} LLM), "
                 f"more than seal.local.max_fault_fraction={limit}; is the environment service up ({where})? "
                 "The last checkpoint is intact: fix the cause and run the same command again to resume.")
-        return {"train/env_faults": float(env), "train/llm_faults": float(llm)}
 
     # ------------------------------------------------------------------ one step
 
@@ -210,12 +201,13 @@ class LocalTrainer:
         # 2. n sampled episodes per task, training interface on (hints, feedback, guidelines).
         jobs = [EpisodeJob(t, uid=f"{step}:{t}", sample=k) for t in task_ids for k in range(n)]
         episodes = self.play(jobs, train=True, epoch=epoch, desc=f"rollout step {step}")
-        metrics = self.check_faults(episodes, step)
+        self.check_faults(episodes, step)
+        results = [e.result for e in episodes]
         t_rollout = time.time() - t0
         logger.info("step %d: %d episodes played in %.1f s", step, len(episodes), t_rollout)
         # 3. The capability state observes the training episodes (faulted ones are skipped).
-        metrics.update(self.hooks.observe([vars(e) for e in episodes], epoch=epoch, step=step))
-        metrics.update(_episode_metrics(episodes))
+        metrics = self.hooks.observe(results, epoch=epoch, step=step)
+        metrics.update(episode_metrics(results))
         # 4. GRPO advantages over the trainable episodes (verl's core_algos).
         # The shared step rules: faulted, excluded and lone-survivor episodes are left out.
         selection = select_trainable([not e.trainable for e in episodes], [e.uid for e in episodes], n=n)
@@ -225,7 +217,7 @@ class LocalTrainer:
             batch = build_batch(kept)
             adv = grpo_advantages_verl(batch, norm_by_std=bool(self.cfg.algorithm.norm_adv_by_std_in_grpo))
             # 5. A-Patch: dynamic tag weights from the state, then per-episode scales.
-            adv, apatch_metrics = self.hooks.reweight(adv, [e.tags for e in kept], step=step)
+            adv, apatch_metrics = self.hooks.reweight(adv, [list(e.tags) for e in kept], step=step)
             metrics.update(apatch_metrics)
             # 6. PPO-clip + low_var_kl update, grad clip, AdamW.
             logger.info("step %d: updating on %d episodes (%d tokens)", step, len(kept),
@@ -238,13 +230,12 @@ class LocalTrainer:
         else:
             logger.warning("step %d: no episode left to train on (%d excluded, %d lone survivors); the update "
                            "is skipped", step, selection.excluded, selection.lone_survivors)
-        metrics["train/trained_episodes"] = float(len(kept))
         # 7. Bookkeeping: the step counter, the epoch boundary, SEAL's state metrics.
         self.global_step = step
         if ends_epoch:
             self.hooks.end_epoch(epoch, step)
         metrics.update(self.hooks.step_metrics())
-        metrics.update({"train/epoch": float(epoch), "timing/rollout_s": t_rollout,
+        metrics.update({"training/epoch": float(epoch), "timing/rollout_s": t_rollout,
                         "timing/update_s": time.time() - t0 - t_rollout, "timing/step_s": time.time() - t0})
         return metrics
 
@@ -342,26 +333,6 @@ class LocalTrainer:
         self.loop.close()
         if self._own_env:
             self.env.close()
-
-
-def _episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
-    return {"seal/truncated_episodes": float(sum(e.truncated_tokens > 0 for e in episodes)),
-            **_outcome_metrics(episodes)}
-
-
-def _outcome_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
-    done = [e for e in episodes if not e.excluded]
-    if not done:
-        return {"train/episodes": float(len(episodes)), "train/excluded": float(len(episodes))}
-    return {
-        "train/episodes": float(len(episodes)),
-        "train/excluded": float(len(episodes) - len(done)),
-        "train/reward_mean": sum(e.reward for e in done) / len(done),
-        "train/success_rate": sum(e.success for e in done) / len(done),
-        "train/num_llm_calls_mean": sum(e.num_llm_calls for e in done) / len(done),
-        "train/response_length_mean": sum(len(e.response_ids) for e in done) / len(done),
-        "train/tagged_episodes": float(sum(bool(e.tags) for e in done)),
-    }
 
 
 def run_local(cfg: DictConfig, *, exp_dir: Path, runner_factory: RunnerFactory | None = None,

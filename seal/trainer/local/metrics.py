@@ -13,13 +13,13 @@ logger = logging.getLogger(__name__)
 # The keys shown on the compact console line, with their short names.
 CONSOLE_KEYS = (
     ("step", "step"),
-    ("train/reward_mean", "reward"),
-    ("train/success_rate", "pass"),
+    ("seal/reward_mean", "reward"),
+    ("seal/success_rate", "pass"),
     ("actor/loss", "loss"),
     ("actor/kl_loss", "kl"),
     ("actor/grad_norm", "gnorm"),
     ("seal/apatch/mean_scale", "apatch"),
-    ("train/env_faults", "faults"),
+    ("seal/env_faults", "faults"),
     ("val/pass_rate", "val_pass"),
     ("timing/step_s", "s"),
 )

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,8 @@ from seal.config import ConfigError
 from seal.eval.logs import ValidationLogWriter
 from seal.trainer.best_checkpoint import BestCheckpointKeeper, BestCheckpointSettings
 from seal.trainer.hooks import SealHooks
-from seal.trainer.verl.batch import episode_rows, exclude_rows, mask_untrainable, step_selection
+from seal.trainer.step_rules import episode_metrics
+from seal.trainer.verl.batch import episode_results, exclude_rows, mask_untrainable, step_selection
 from seal.trainer.verl.validation import RECORD_KEY, validation_records
 from verl import DataProto
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
@@ -108,18 +108,18 @@ class SealRayPPOTrainer(RayPPOTrainer):
         step = int(self.global_steps)
         steps_per_epoch = len(self.train_dataloader)
         epoch = (step - 1) // steps_per_epoch
-        rows = episode_rows(batch)
+        results = episode_results(batch)
         selection = step_selection(batch, n=int(self.config.actor_rollout_ref.rollout.n))
         exclude_rows(batch, selection, adv_estimator=str(self.config.algorithm.adv_estimator),
                      norm_adv_by_std_in_grpo=bool(self.config.algorithm.get("norm_adv_by_std_in_grpo", True)))
         # Excluded episodes say nothing about the policy: the capability state never sees them.
-        metrics = dict(self.seal_hooks.observe(rows, epoch=epoch, step=step))
+        metrics = dict(self.seal_hooks.observe(results, epoch=epoch, step=step))
         adv = batch.batch["advantages"]
-        tags = [r["tags"] if keep else None for r, keep in zip(rows, selection.trainable)]
+        tags = [list(r.tags) if keep else None for r, keep in zip(results, selection.trainable)]
         new_adv, reweight_metrics = self.seal_hooks.reweight(adv, tags, step=step)
         batch.batch["advantages"] = new_adv.to(device=adv.device, dtype=adv.dtype)
         metrics.update(reweight_metrics)
-        metrics.update(_episode_metrics(rows))
+        metrics.update(episode_metrics(results))
         metrics.update(selection.metrics())
         if step % steps_per_epoch == 0:
             self.seal_hooks.end_epoch(epoch, step)
@@ -278,14 +278,3 @@ class SealRayPPOTrainer(RayPPOTrainer):
             return Path(os.path.abspath(str(self.config.trainer.resume_from_path)))
         return self._step_folder(int(self.global_steps))
 
-
-def _episode_metrics(rows: list[Mapping[str, Any]]) -> dict[str, float]:
-    n = len(rows)
-    env = sum(bool(r["env_fault"]) for r in rows)
-    llm = sum(bool(r["llm_fault"]) for r in rows)
-    return {
-        "seal/env_fault_frac": env / n if n else 0.0,
-        "seal/llm_fault_frac": llm / n if n else 0.0,
-        "seal/success_rate": sum(bool(r["success"]) for r in rows) / n if n else 0.0,
-        "seal/truncated_episodes": float(sum(r["truncated_tokens"] > 0 for r in rows)),
-    }

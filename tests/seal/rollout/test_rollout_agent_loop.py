@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 from seal.rollout.agent_loop import (
     AGENT_NAME, CONTEXT_OVERFLOW, LLM_ERROR, MAX_LLM_CALLS, MAX_LLM_CALLS_PER_TURN, BfclAgentLoop,
 )
+from seal.episode import EpisodeResult
 from seal.rollout.tokens import ChatFormat, render
 from seal.types import FailureTag
 
@@ -99,7 +100,7 @@ def test_perfect_episode(scripted_server: Any, tokenizer: Any, env_client: Any) 
     out = run_episode(make_config(few_shot=True), server, tokenizer, env_client)
     e = out.extra_fields
     assert out.reward_score == 1.0
-    assert e["tags"] == [FailureTag.PASS, FailureTag.PASS] and e["check"]["valid"] is True
+    assert EpisodeResult.from_fields(e).tags == (FailureTag.PASS, FailureTag.PASS) and e["check"]["valid"] is True
     assert e["terminated_reason"] == "completed" and e["num_llm_calls"] == 4
     assert not e["env_fault"] and not e["llm_fault"] and not e["excluded"]
     assert e["task_id"] == TASK and e["category"] == "multi_turn_base"
@@ -115,8 +116,9 @@ def test_tool_error_parse_error_and_plain_replies(scripted_server: Any, tokenize
     out = run_episode(make_config(), server, tokenizer, env_client)
     e = out.extra_fields
     assert out.reward_score == 0.0 and e["check"]["valid"] is False
-    assert e["tags"] == e["check"]["failure_tags"] and len(e["tags"]) == 2
-    assert e["tags"][1] == FailureTag.EMPTY_TURN_MODEL_RESPONSE  # no call at all in turn 2
+    tags = EpisodeResult.from_fields(e).tags
+    assert list(tags) == e["check"]["failure_tags"] and len(tags) == 2
+    assert tags[1] == FailureTag.EMPTY_TURN_MODEL_RESPONSE  # no call at all in turn 2
     observations = [m["content"] for m in e["messages"][2:] if m["role"] == "user"]
     assert "<tool_response>" in observations[0] and "Invalid tool call format" in observations[1]
     assert e["check"]["events"]["parse_errors"] >= 1 and e["check"]["events"]["tool_errors"] >= 1
@@ -257,8 +259,10 @@ def test_every_episode_carries_the_validation_record(scripted_server: Any, token
     assert first.model_turns == good.extra_fields["check"]["model_turns"] and len(first.model_turns) == 2
     assert records[1].error.startswith("LLM fault") and records[1].terminated_reason == LLM_ERROR
     assert records[2].error.startswith("environment fault") and records[2].terminated_reason == "env_error"
-    raw = [json.loads(info[RECORD_KEY]) for info in infos]
-    assert [(r["env_fault"], r["llm_fault"]) for r in raw] == [(False, False), (False, True), (True, False)]
+    raw = [EpisodeResult.from_fields(json.loads(info[RECORD_KEY])) for info in infos]
+    assert [(r.env_fault, r.llm_fault) for r in raw] == [(False, False), (False, True), (True, False)]
+    # The column holds the same record as the episode's extra_fields (the trainers' form).
+    assert raw == [EpisodeResult.from_fields(o.extra_fields) for o in outs]
 
 
 def test_validation_scores_are_binary_whatever_the_training_reward(scripted_server: Any, tokenizer: Any,
@@ -282,8 +286,10 @@ def test_validation_scores_are_binary_whatever_the_training_reward(scripted_serv
 def test_verl_validation_log_scores_the_verdict_not_a_partial_reward() -> None:
     import json
 
+    from seal.episode import Evaluation
     from seal.trainer.verl.validation import validation_records
 
-    rec = json.dumps({"task_id": TASK, "valid": False, "tags": ["pass", "state_mismatch"]})
-    (line,) = validation_records([rec], [0.35], step=1, generation={})
+    result = EpisodeResult(TASK, "multi_turn_base", evaluation=Evaluation.from_wire(
+        {"valid": False, "failure_tags": ["pass", "state_mismatch"]}), reward=0.35)
+    (line,) = validation_records([json.dumps(result.to_fields())], [0.35], step=1, generation={})
     assert (line.score, line.reward, line.valid) == (0.0, 0.35, False)

@@ -7,6 +7,7 @@ torch's global RNG, so a run is reproducible exactly when the trainer restores t
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,8 @@ import pytest
 import torch
 
 from seal.config import REPO_ROOT, compose_config
+from seal.episode import EpisodeResult, Evaluation
+from seal.rewards import RewardConfig, episode_reward
 from seal.types import FailureTag
 
 TOKENIZER_DIR = REPO_ROOT / "models" / "SmolLM2-135M-Instruct"
@@ -85,17 +88,43 @@ class ScriptedRunner:
         passed = n % 2 == 1
         tags = [str(FailureTag.PASS)] * 2 if passed else [
             str(FAILURE_TAGS[int(torch.randint(0, len(FAILURE_TAGS), ()))]) for _ in range(2)]
-        check = {"valid": passed, "accuracy": float(passed), "tags": tags,
+        check = {"valid": passed, "accuracy": float(passed), "failure_tags": tags,
                  "error_type": None if passed else "multi_turn:instance_state_mismatch"}
-        extra = {"task_id": task_id, "category": task_id.rsplit("_", 1)[0], "tags": tags, "check": check,
-                 "num_llm_calls": 2, "terminated_reason": "completed", "env_fault": fault, "llm_fault": False,
-                 "excluded": fault, "error": "EnvUnavailableError: service down" if fault else None,
-                 "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
-                              {"role": "assistant", "content": "a"},
-                              {"role": "user", "content": "[ERROR] Invalid tool call format: x"}]}
+        result = scored(EpisodeResult(
+            task_id=task_id, category=task_id.rsplit("_", 1)[0], rollout_mode=rollout_mode,
+            evaluation=Evaluation.from_wire(check), num_llm_calls=2,
+            num_response_tokens=len(a1) + len(a2), terminated_reason="completed",
+            env_fault=fault, error="EnvUnavailableError: service down" if fault else None,
+            messages=({"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+                      {"role": "assistant", "content": "a"},
+                      {"role": "user", "content": "[ERROR] Invalid tool call format: x"})))
+        extra = result.to_fields()
         return AgentLoopOutput(prompt_ids=self._prompt(task_id), response_ids=a1 + obs + a2,
                                response_mask=[1] * len(a1) + [0] * len(obs) + [1] * len(a2), num_turns=4,
                                metrics=AgentLoopMetrics(), extra_fields=extra)
+
+
+def scored(result: EpisodeResult, **changes: Any) -> EpisodeResult:
+    """``result`` with ``changes`` applied and its reward recomputed, as the episode runner scores
+    it (the quickstart's binary reward; validation episodes score the verdict)."""
+    result = dataclasses.replace(result, **changes)
+    reward = episode_reward(result, cfg=RewardConfig(), train=result.rollout_mode != "validate")
+    return result.with_reward(reward.score, reward.meta)
+
+
+def with_verdict(out: Any, *, valid: bool | None = None, tags: list[str] | None = None) -> Any:
+    """Change a scripted episode's verdict (and so its reward) in ``out.extra_fields``."""
+    result = EpisodeResult.from_fields(out.extra_fields)
+    wire = result.evaluation.to_wire()
+    if valid is not None:
+        wire.update(valid=valid, accuracy=float(valid))
+    if tags is not None:
+        wire["failure_tags"] = list(tags)
+    out.extra_fields = scored(result, evaluation=Evaluation.from_wire(wire)).to_fields()
+    return out
+
+
+ScriptedRunner.with_verdict = staticmethod(with_verdict)
 
 
 class NoEnv:
@@ -149,3 +178,4 @@ def make_trainer(tokenizer, make_model):
         return trainer, runner
 
     return build
+

@@ -69,9 +69,8 @@ class PhasedRunner:
             step = 1 + self.train_calls // EPISODES_PER_STEP
             self.train_calls += 1
             self.inner.calls[-1]["step"] = step
-            extra = out.extra_fields
-            if not extra["check"]["valid"]:
-                extra["tags"] = extra["check"]["tags"] = [str(SCHEDULE[step])] * 2
+            if not out.extra_fields["check"]["valid"]:
+                out = self.inner.with_verdict(out, tags=[str(SCHEDULE[step])] * 2)
         return out
 
 

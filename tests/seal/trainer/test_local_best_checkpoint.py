@@ -35,8 +35,7 @@ class ValidationScript:
             return out
         i = self.val_calls[task_id] = self.val_calls.get(task_id, -1) + 1
         passed = (self.base if task_id.startswith("multi_turn_base") else self.other)[i]
-        out.extra_fields["check"] = {**out.extra_fields["check"], "valid": passed, "accuracy": float(passed)}
-        return out
+        return self.inner.with_verdict(out, valid=passed)
 
 
 def _run(make_trainer, scripted_runner, exp, extra, base, other):

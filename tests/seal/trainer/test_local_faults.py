@@ -26,7 +26,7 @@ def test_faulted_episodes_are_left_out(tmp_path, make_trainer, scripted_runner):
         metrics = trainer.train_step()
     finally:
         trainer.close()
-    assert metrics["train/env_faults"] == 2.0 and metrics["train/trained_episodes"] == 2.0
+    assert metrics["seal/env_faults"] == 2.0 and metrics["seal/trained_episodes"] == 2.0
     assert trainer.hooks.state.observe_count == 2  # the faulted episodes were not observed
     assert first not in trainer.hooks.state.tasks
 
@@ -85,7 +85,7 @@ def test_service_stopped_mid_run(tmp_path, tokenizer, make_model, trainer_config
     trainer = LocalTrainer(cfg, tmp_path / "faults", model=make_model(), tokenizer=tokenizer)
     try:
         first = trainer.train_step()
-        assert first["train/env_faults"] == 0.0 and first["train/episodes"] == 2.0
+        assert first["seal/env_faults"] == 0.0 and first["seal/episodes"] == 2.0
         observed = trainer.hooks.state.observe_count
         proc.terminate()
         proc.wait(timeout=30)
@@ -95,7 +95,7 @@ def test_service_stopped_mid_run(tmp_path, tokenizer, make_model, trainer_config
         with pytest.raises(EnvFaultError, match="2 of 2 episodes faulted") as info:
             trainer.train_step()
         assert url in str(info.value)
-        assert [(e.env_fault, e.attempts, e.trainable) for e in seen] == [(True, 2, False)] * 2  # retried once
+        assert [(e.env_fault, e.result.env_attempts, e.trainable) for e in seen] == [(True, 2, False)] * 2  # retried once
         assert trainer.hooks.state.observe_count == observed
     finally:
         trainer.close()

@@ -33,7 +33,7 @@ def test_two_steps_write_every_output(tmp_path, make_trainer):
     assert [m["step"] for m in lines] == [0, 1, 2]
     for m in lines[1:]:
         assert math.isfinite(m["actor/loss"]) and math.isfinite(m["actor/pg_loss"])
-        assert m["train/trained_episodes"] == 4.0
+        assert m["seal/trained_episodes"] == 4.0
         assert m["seal/apatch/scaled_count"] == 4.0  # every scripted episode carries tags
     assert "val/pass_rate" in lines[0] and "val/pass_rate" in lines[2]
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from seal.episode import EpisodeResult
 from seal.trainer.local.episodes import Episode
 from seal.trainer.local.policy import LossSettings, frozen_copy, response_logprobs, sequence_loss
 from seal.trainer.local.update import build_batch, kl_gradient_is_zero, policy_update, rows_with_signal
@@ -35,8 +36,9 @@ def episodes(rewards: list[float], seed: int = 1) -> list[Episode]:
         prompt = torch.randint(3, 128, (12 + i,), generator=g).tolist()
         response = torch.randint(3, 128, (8 + 2 * i,), generator=g).tolist()
         mask = [1] * 5 + [0] * 2 + [1] * (len(response) - 7)
-        out.append(Episode(task_id=f"t{i // 2}", category="multi_turn_base", uid=f"u{i // 2}", sample=i % 2,
-                           prompt_ids=prompt, response_ids=response, response_mask=mask, reward=reward))
+        result = EpisodeResult(task_id=f"t{i // 2}", category="multi_turn_base", reward=reward)
+        out.append(Episode(result, uid=f"u{i // 2}", sample=i % 2, prompt_ids=prompt, response_ids=response,
+                           response_mask=mask))
     return out
 
 

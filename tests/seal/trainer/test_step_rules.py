@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from seal.trainer.step_rules import is_excluded, select_trainable
+from seal.episode import EpisodeResult
+from seal.trainer.step_rules import select_trainable
 
 sys.path.insert(0, str(Path(__file__).parent / "verl"))
 
@@ -33,11 +34,10 @@ def test_nothing_left_is_a_skipped_update():
     assert sel.nothing_to_train and sel.metrics()["seal/skipped_updates"] == 1.0
 
 
-def test_exclusion_reads_mappings_and_objects():
-    class Ep:
-        env_fault, llm_fault, excluded = False, True, False
-
-    assert is_excluded({"excluded": True}) and is_excluded(Ep()) and not is_excluded({"env_fault": False})
+def test_a_faulted_record_is_always_excluded():
+    assert EpisodeResult("multi_turn_base_1", "multi_turn_base", llm_fault=True).excluded
+    assert EpisodeResult("multi_turn_base_1", "multi_turn_base", env_fault=True).excluded
+    assert not EpisodeResult("multi_turn_base_1", "multi_turn_base").excluded
     with pytest.raises(ValueError, match="group ids"):
         select_trainable([True], ["a", "b"], n=2)
 
@@ -64,6 +64,6 @@ def test_both_backends_give_the_same_advantages_on_the_same_batch():
     uids = [u for u, k in zip(batch.non_tensor_batch["uid"], sel.trainable) if k]
     local_adv = grpo_advantages_verl(Batch([None] * len(uids), mask, rewards, uids), norm_by_std=True)
 
-    assert torch.allclose(verl_adv[keep], local_adv, atol=1e-6)
+    assert torch.equal(verl_adv[keep], local_adv)  # bit-identical, not merely close
     assert not bool(verl_adv[~keep].any()) and not bool(batch.batch["response_mask"][~keep].any())
     assert bool(local_adv.any())  # a non-trivial comparison

@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 
 from seal.config import REPO_ROOT, compose_config, validate_config
 from seal.diagnosis.state import CapabilityState
+from seal.episode import EpisodeResult, Evaluation
 from seal.trainer.hooks import STATE_FILE, SealHooks
 from seal.types import FailureTag
 
@@ -34,8 +35,9 @@ def _hooks(tmp_path, *overrides):
 
 
 def _episode(task="multi_turn_base_1", reward=0.0, tags=(FailureTag.STATE_MISMATCH,), **extra):
-    return {"task_id": task, "category": task.rsplit("_", 1)[0], "reward": reward, "success": reward >= 1.0,
-            "tags": [str(t) for t in tags], "error_messages": ["[ERROR] boom"], **extra}
+    evaluation = Evaluation.from_wire({"valid": reward >= 1.0, "failure_tags": [str(t) for t in tags]})
+    return EpisodeResult(task, task.rsplit("_", 1)[0], evaluation=evaluation, reward=reward,
+                         messages=({"role": "user", "content": "[ERROR] boom"},), **extra)
 
 
 def test_env_params_modes_and_guidelines(tmp_path):

@@ -166,10 +166,14 @@ def test_agent_loop_imports_in_a_ray_worker(seal_cfg, tmp_path):
 def _seal_record(task_id, valid, tags):
     import json
 
-    return json.dumps({"task_id": task_id, "category": task_id.rsplit("_", 1)[0], "valid": valid, "tags": tags,
-                       "num_llm_calls": 3, "terminated_reason": "completed",
-                       "messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "U"},
-                                    {"role": "assistant", "content": "A"}]})
+    from seal.episode import EpisodeResult, Evaluation
+
+    result = EpisodeResult(task_id=task_id, category=task_id.rsplit("_", 1)[0], rollout_mode="validate",
+                           evaluation=Evaluation.from_wire({"valid": valid, "failure_tags": tags}),
+                           reward=float(valid), num_llm_calls=3, terminated_reason="completed",
+                           messages=({"role": "system", "content": "S"}, {"role": "user", "content": "U"},
+                                     {"role": "assistant", "content": "A"}))
+    return json.dumps(result.to_fields())
 
 
 def test_validation_log_in_the_project_format(seal_cfg, tmp_path):

@@ -135,7 +135,7 @@ def test_one_step_through_verls_rollout_path(tokenizer, tmp_path):
     metrics = trainer._update_actor(batch).meta_info["metrics"]
     sent = trainer.actor_rollout_wg.sent
     assert torch.equal(sent["advantages"], batch.batch["advantages"])  # the A-Patch-scaled advantages
-    assert {"task_id", "tags", "check", "input_ids", "loss_mask"} <= set(sent.keys())
+    assert {"task_id", "check", "env_fault", "input_ids", "loss_mask"} <= set(sent.keys())
     assert metrics["actor/pg_loss"] == 0.5 and "perf/mfu/actor" in metrics
     assert metrics["seal/observed_episodes"] == 2 and metrics["seal/success_rate"] == 0.5
     task = trainer.seal_hooks.state.tasks[TASK]

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from seal.episode import FIELD_NAMES
 from seal.types import FailureTag
 
 TASKS = ["multi_turn_base_3", "multi_turn_miss_func_7"]
@@ -26,6 +27,18 @@ EPISODES = [
     (0.0, [FailureTag.RESPONSE_MISMATCH, FailureTag.GT_ERROR]),
     (0.0, [FailureTag.SPURIOUS_TOOL_CALL, FailureTag.SPURIOUS_TOOL_CALL]),
 ]
+
+
+def episode_fields(task_id: str, reward: float, tags: list, fault: str | None = None) -> dict[str, Any]:
+    """One episode's ``extra_fields`` as the runner writes them; ``fault``: ``env_fault``,
+    ``llm_fault`` or ``excluded`` (a prompt that did not fit)."""
+    from seal.episode import EpisodeResult, Evaluation
+
+    evaluation = Evaluation.from_wire({"valid": reward >= 1.0, "failure_tags": [str(t) for t in tags]})
+    result = EpisodeResult(task_id=task_id, category=task_id.rsplit("_", 1)[0], evaluation=evaluation,
+                           reward=reward, env_fault=fault == "env_fault", llm_fault=fault == "llm_fault",
+                           excluded=fault is not None)
+    return result.to_fields()
 
 
 def make_batch(faults: dict[int, str] | None = None, seed: int = 0) -> Any:
@@ -54,19 +67,16 @@ def make_batch(faults: dict[int, str] | None = None, seed: int = 0) -> Any:
         arr[:] = values
         return arr
 
+    records = [episode_fields(task_ids[i], reward, tags, faults.get(i)) for i, (reward, tags) in enumerate(EPISODES)]
     batch = DataProto.from_single_dict({
         "responses": torch.randint(0, 100, (b, RESPONSE_LEN), generator=gen),
         "response_mask": mask,
         "token_level_scores": scores,
         "token_level_rewards": scores.clone(),
         "uid": obj(uids),
-        "task_id": obj(task_ids),
         "data_source": obj([t.rsplit("_", 1)[0] for t in task_ids]),
-        "tags": obj([[str(t) for t in tags] for _, tags in EPISODES]),
-        "check": obj([{"valid": reward >= 1.0} for reward, _ in EPISODES]),
-        "env_fault": obj([faults.get(i) == "env_fault" for i in range(b)]),
-        "llm_fault": obj([faults.get(i) == "llm_fault" for i in range(b)]),
-        "excluded": obj([faults.get(i) == "excluded" or i in faults for i in range(b)]),
+        # The episode runner's extra_fields, one column per key (verl's agent-loop post-processing).
+        **{name: obj([r[name] for r in records]) for name in FIELD_NAMES},
     })
     return compute_advantage(batch, adv_estimator="grpo", num_repeat=N_ROLLOUTS, norm_adv_by_std_in_grpo=True)
 
