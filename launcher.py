@@ -102,9 +102,10 @@ def _die_with_parent(parent: int) -> None:
 
 
 @contextmanager
-def env_service(url: str, env: str = "bfcl", *, wait_s: float = 120.0) -> Iterator[None]:
+def env_service(url: str, env: str = "bfcl", *, plugins: Sequence[str] = (),
+                wait_s: float = 120.0) -> Iterator[None]:
     """Make sure the HTTP service answers at ``url``: start one serving ``env`` (and stop it after)
-    if nothing does."""
+    if nothing does; it imports the ``plugins`` modules (``seal.plugins``) as the trainer does."""
     if _healthy(url):
         logger.info("environment service already up at %s", url)
         yield
@@ -114,6 +115,7 @@ def env_service(url: str, env: str = "bfcl", *, wait_s: float = 120.0) -> Iterat
         raise SystemExit(f"error: env_service.url={url}: nothing answers there and --with-env starts "
                          "a service only on 127.0.0.1/localhost with an explicit port")
     cmd = [sys.executable, "-m", "env_service", "--env", env, "--host", parsed.hostname, "--port", str(parsed.port)]
+    cmd += [arg for module in plugins for arg in ("--plugin", str(module))]
     logger.info("starting the environment service: %s", " ".join(cmd[1:]))
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, 
                             preexec_fn=partial(_die_with_parent, os.getpid()) if sys.platform == "linux" else None)
@@ -201,7 +203,8 @@ def run(args: argparse.Namespace, overrides: list[str]) -> int:
     write_run_files(exp_dir, cfg, overrides, args.conf)
     logger.info("experiment folder: %s", exp_dir)
     if args.with_env and not cfg.env_service.urls:
-        with env_service(str(cfg.env_service.url), str(cfg.env_service.env)):
+        with env_service(str(cfg.env_service.url), str(cfg.env_service.env),
+                         plugins=list(cfg.seal.get("plugins") or [])):
             dispatch(cfg, exp_dir)
     else:
         dispatch(cfg, exp_dir)

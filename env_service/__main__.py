@@ -18,6 +18,7 @@ import sys
 
 from env_service.registry import DEFAULT_ENVIRONMENT, known_environments
 from env_service.service import ServiceConfig
+from seal.plugins import load_plugins
 
 PROG = "python -m env_service"
 
@@ -37,6 +38,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="a worker slower than this on one request is restarted (default 60 s)")
     # A test hook: a "module:function" host that overrides the environment's own.
     p.add_argument("--host-factory", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                   help="import MODULE in the service and its workers first, e.g. one registering research failure "
+                        "tags (repeatable; the trainer's seal.plugins)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p.parse_args(argv)
 
@@ -60,9 +64,10 @@ def bind_socket(host: str, port: int) -> socket.socket:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     try:
+        load_plugins(args.plugin)
         config = ServiceConfig(workers=args.workers, ttl_s=args.ttl, max_instances=args.max_instances,
                                request_timeout_s=args.request_timeout, host_factory=args.host_factory,
-                               env=args.env)
+                               env=args.env, plugins=tuple(args.plugin))
     except ValueError as err:
         raise SystemExit(f"{PROG}: {err}") from None
     sock = bind_socket(args.host, args.port)

@@ -26,7 +26,7 @@ import signal
 import socket
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from env_service.host import EpisodeHost, OpError, load_host_factory
@@ -128,7 +128,8 @@ class WorkerPool:
     """N worker processes with instance affinity (see the module docstring)."""
 
     def __init__(self, workers: int, host_factory: str, *, request_timeout_s: float = 120.0,
-                 start_timeout_s: float = 120.0, on_lost: LostCallback | None = None) -> None:
+                 start_timeout_s: float = 120.0, on_lost: LostCallback | None = None,
+                 preload: Sequence[str] = ()) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1 for a WorkerPool (use InlineBackend for 0), got {workers}")
         load_host_factory(host_factory)  # fail fast on a bad path, in the service process
@@ -142,7 +143,9 @@ class WorkerPool:
         # a fork server, a clean process that has imported the environment code once, so starting or
         # restarting a worker costs a fork instead of a fresh interpreter.
         self._ctx = mp.get_context("forkserver")
-        self._ctx.set_forkserver_preload(["env_service.host", "env_service.pool", host_factory.partition(":")[0]])
+        # ``preload``: plug-in modules (research failure tags) every worker must have registered.
+        self._ctx.set_forkserver_preload(["env_service.host", "env_service.pool", host_factory.partition(":")[0],
+                                          *preload])
         self._workers: list[_Worker | None] = [None] * workers
         self._generations = [0] * workers
         self._next_id = 0

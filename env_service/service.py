@@ -53,6 +53,7 @@ class ServiceConfig:
     max_content_chars: int = 1_000_000
     host_factory: str | Callable[[], EpisodeHost] | None = None
     env: str = DEFAULT_ENVIRONMENT
+    plugins: tuple[str, ...] = ()  # modules the worker processes import first (research failure tags)
 
     def __post_init__(self) -> None:
         if self.host_factory is None:
@@ -143,7 +144,8 @@ class EnvService:
             if not isinstance(self.config.host_factory, str):
                 raise ValueError("worker processes need host_factory as a 'module:function' path, not an object")
             self.backend = WorkerPool(workers, self.config.host_factory, on_lost=self._on_worker_lost,
-                                      request_timeout_s=self.config.request_timeout_s)
+                                      request_timeout_s=self.config.request_timeout_s,
+                                      preload=self.config.plugins)
         self._instances: dict[str, _Instance] = {}
         self._per_slot = [0] * self.backend.size
         self._gone: OrderedDict[str, tuple[str, str]] = OrderedDict()  # id -> (code, message)
