@@ -1,7 +1,7 @@
 """Rollout throughput: the same BFCL episodes run one at a time vs concurrently on the batching server.
 
 Real SmolLM2-135M-Instruct, real environment (in-process), the episode runner
-(``seal.rollout.agent_loop.BfclAgentLoop``) and ``seal.rollout.hf_server.HFServerManager``:
+(``seal.rollout.agent_loop.BfclAgentLoop``) and ``seal.engine.hf_server.HFServerManager``:
 
 * ``sequential``: one episode at a time, server batch size 1;
 * ``batched``: up to ``--concurrency`` episodes at once, server batch size ``--concurrency``.
@@ -74,7 +74,7 @@ async def run_mode(mode: str, args: argparse.Namespace, model: Any, tokenizer: A
     import torch
 
     from seal.rollout.agent_loop import BfclAgentLoop
-    from seal.rollout.hf_server import HFServerManager
+    from seal.engine.hf_server import HFServerManager
 
     batch = 1 if mode == "sequential" else args.concurrency
     server = HFServerManager(model, tokenizer, max_batch_size=batch,
@@ -121,7 +121,7 @@ def describe_precision(dtype: str) -> Any:
     """Print the CPU's bf16-relevant flags and the precision chosen; returns the server's autocast dtype."""
     import torch
 
-    from seal.rollout import precision
+    from seal.engine import precision
 
     flags = precision.cpu_flags()
     shown = sorted(f for f in (flags or ()) if f in RELEVANT_FLAGS) if flags is not None else ["(unknown)"]

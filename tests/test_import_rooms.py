@@ -1,7 +1,8 @@
 """The rooms of the code base: which package may import which (every import, top level or deferred).
 
 * the two trainer backends never import each other, and the shared trainer modules import neither;
-* the episode runner (``seal.rollout``) never imports a trainer;
+* the episode runner (``seal.rollout``) never imports a trainer, and the generation engine
+  (``seal.engine``) imports no trainer, runner, evaluation or environment code;
 * the pure core (tags, diagnosis, reweighting, interface evolution, rewards) imports no trainer,
   runner, evaluation or environment-service code, and diagnosis and reweighting do not import
   each other (the dynamic weights take tag statistics as input);
@@ -21,6 +22,7 @@ FORBIDDEN = [
     ("seal.trainer.local", ("seal.trainer.verl",)),
     ("seal.trainer.verl", ("seal.trainer.local",)),
     ("seal.rollout", ("seal.trainer",)),
+    ("seal.engine", ("seal.trainer", "seal.rollout", "seal.eval", "seal.cli", "env_service")),
     *[(core, ("seal.trainer", "seal.rollout", "seal.eval", "seal.cli", "env_service")) for core in CORE],
     ("seal.diagnosis", ("seal.advantage",)),
     ("seal.advantage", ("seal.diagnosis",)),

@@ -5,7 +5,7 @@
 - ``OpenAIChatPolicy``: any OpenAI-compatible ``/v1/chat/completions`` endpoint (a vLLM server, a
   hosted model), with bounded concurrency and bounded retries;
 - ``HFChatPolicy``: a local Hugging Face checkpoint on CPU, an adapter over the rollout engine
-  (:class:`seal.rollout.hf_server.HFServerManager`): concurrent callers are batched and each
+  (:class:`seal.engine.hf_server.HFServerManager`): concurrent callers are batched and each
   conversation's key/values are reused from call to call.
 
 Both also offer ``complete_with_usage`` (text plus token counts), which the runner prefers.
@@ -205,7 +205,7 @@ class OpenAIChatPolicy:
 class HFChatPolicy:
     """A local HF causal LM behind the chat template, served by the rollout engine.
 
-    A thin adapter over :class:`seal.rollout.hf_server.HFServerManager` (the engine the trainer
+    A thin adapter over :class:`seal.engine.hf_server.HFServerManager` (the engine the trainer
     samples with): chat template -> token ids -> ``generate`` -> decoded text. Concurrent callers
     (threads) are batched by the server, and each conversation's key/values are kept between its
     calls, so a multi-turn episode prefills only its new messages. The chat template gets no
@@ -242,7 +242,7 @@ class HFChatPolicy:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from seal.rollout.hf_server import DEFAULT_PREFIX_CACHE_TOKENS, HFServerManager
+        from seal.engine.hf_server import DEFAULT_PREFIX_CACHE_TOKENS, HFServerManager
 
         if device != "cpu":
             raise ValueError(f"device={device!r}: HFChatPolicy runs on CPU; for a GPU, serve the checkpoint "

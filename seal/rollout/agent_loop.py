@@ -2,7 +2,7 @@
 
 One :meth:`BfclAgentLoop.run` plays one BFCL multi-turn episode against the environment service
 and returns verl's :class:`AgentLoopOutput`. The same class runs under verl's ``AgentLoopManager``
-(GPU backend: vLLM servers) and under the local trainer (CPU: :class:`~seal.rollout.hf_server.HFServerManager`).
+(GPU backend: vLLM servers) and under the local trainer (CPU: :class:`~seal.engine.hf_server.HFServerManager`).
 
 Token-in-token-out (see :mod:`seal.rollout.tokens`): the prompt is the chat template of
 ``[system, (few-shot examples), first user]``; each LLM call appends the model's own token ids

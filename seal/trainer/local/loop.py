@@ -19,7 +19,7 @@ import torch
 from omegaconf import DictConfig
 
 from seal.config import ConfigError, to_plain
-from seal.rollout.precision import AUTOCAST_DTYPES, log_choice, resolve_autocast
+from seal.engine.precision import AUTOCAST_DTYPES, log_choice, resolve_autocast
 from seal.environment import environment_name, task_categories
 from seal.trainer import RunStopped
 from seal.trainer.best_checkpoint import BestCheckpointKeeper, BestCheckpointSettings
@@ -96,7 +96,7 @@ class LocalTrainer:
         self.hooks = SealHooks(cfg, self.exp_dir)
         self.env = env_client if env_client is not None else make_env_client(cfg)
         self._own_env = env_client is None
-        # One precision for generation and the update (seal.rollout.precision: auto = bf16 only
+        # One precision for generation and the update (seal.engine.precision: auto = bf16 only
         # where the device runs it natively), logged once.
         choice = resolve_autocast(str(self.local.autocast), self.device)
         log_choice(str(self.local.autocast), choice, "local trainer (generation and update)")
@@ -127,7 +127,7 @@ class LocalTrainer:
                                  weight_decay=float(o.weight_decay))
 
     def _make_server(self) -> Any:
-        from seal.rollout.hf_server import HFServerManager
+        from seal.engine.hf_server import HFServerManager
 
         return HFServerManager(self.model, self.tokenizer, max_batch_size=int(self.local.generation_batch_size),
                                autocast_dtype=AUTOCAST_DTYPES[self.autocast],

@@ -2,7 +2,7 @@
 
 Weights stay fp32 (master weights): with bf16 weights an update at lr 1e-6 rounds away. The
 forward passes run under bf16 autocast when ``seal.local.autocast`` resolves to bf16 (``auto``:
-only where the device runs bf16 natively, :mod:`seal.rollout.precision`).
+only where the device runs bf16 natively, :mod:`seal.engine.precision`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from seal.config import REPO_ROOT, ConfigError
-from seal.rollout.precision import resolve_autocast
+from seal.engine.precision import resolve_autocast
 
 logger = logging.getLogger(__name__)
 

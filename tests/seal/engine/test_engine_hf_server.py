@@ -8,9 +8,9 @@ import pytest
 import torch
 from verl.workers.rollout.replica import TokenOutput
 
-from seal.rollout.hf_server import HFServerManager, _Request, filter_scores, parse_sampling_params, sample_categorical
-from seal.rollout.kv_cache import Entry, KVShape, PrefixStore
-from seal.rollout.kv_engine import PrefillItem, prefill, prefill_many, prefill_padded
+from seal.engine.hf_server import HFServerManager, _Request, filter_scores, parse_sampling_params, sample_categorical
+from seal.engine.kv_cache import Entry, KVShape, PrefixStore
+from seal.engine.kv_engine import PrefillItem, prefill, prefill_many, prefill_padded
 
 from tiny_lm import EOS, VOCAB, _Tok, gather, tiny_model
 

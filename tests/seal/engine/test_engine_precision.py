@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from seal.config import ConfigError
-from seal.rollout import precision
-from seal.rollout.hf_server import HFServerManager
+from seal.engine import precision
+from seal.engine.hf_server import HFServerManager
 
 from tiny_lm import _Tok, tiny_model
 
@@ -80,7 +80,7 @@ def test_generation_server_resolves_auto_from_the_cpu_flags(tmp_path, monkeypatc
     cpuinfo = tmp_path / "cpuinfo"
     monkeypatch.setattr(precision, "CPUINFO", cpuinfo)
     cpuinfo.write_text(ZEN3)
-    with caplog.at_level(logging.INFO, logger="seal.rollout.precision"):
+    with caplog.at_level(logging.INFO, logger="seal.engine.precision"):
         server = HFServerManager(tiny_model(), _Tok())
     server.close()
     assert server.autocast_dtype is None

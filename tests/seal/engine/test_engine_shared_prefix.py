@@ -6,11 +6,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seal.rollout import attention
-from seal.rollout.attention import PrefixGroup, prefix_attention, server_attention_for
-from seal.rollout.hf_server import HFServerManager
-from seal.rollout.kv_cache import Entry, KVShape
-from seal.rollout.kv_engine import PrefillItem, decode, group_rows, prefill, prefill_padded, prefix_groups
+from seal.engine import attention
+from seal.engine.attention import PrefixGroup, prefix_attention, server_attention_for
+from seal.engine.hf_server import HFServerManager
+from seal.engine.kv_cache import Entry, KVShape
+from seal.engine.kv_engine import PrefillItem, decode, group_rows, prefill, prefill_padded, prefix_groups
 
 from tiny_lm import _Tok, gather, tiny_model
 

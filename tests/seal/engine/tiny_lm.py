@@ -8,7 +8,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 from verl.workers.rollout.replica import TokenOutput
 
-from seal.rollout.hf_server import HFServerManager
+from seal.engine.hf_server import HFServerManager
 
 VOCAB = 256
 EOS = 2

@@ -1,10 +1,10 @@
 """The HF server's cached engine: prefill past stored prefixes, then decode a batch together.
 
-A request's context is prefilled past the longest prefix the :class:`~seal.rollout.kv_cache.PrefixStore`
+A request's context is prefilled past the longest prefix the :class:`~seal.engine.kv_cache.PrefixStore`
 holds (:func:`prefill_many`: rows with similar new-token counts in one padded forward), then the
 rows of a batch decode together (:func:`decode`). Rows whose contexts start alike (the n episodes
 of one task share a prompt of thousands of tokens) form a
-:class:`~seal.rollout.attention.PrefixGroup`: that prefix is kept out of the per-row buffers and
+:class:`~seal.engine.attention.PrefixGroup`: that prefix is kept out of the per-row buffers and
 read once per forward for all of them (shared-prefix attention), in prefill and in decode. A row's
 own buffer holds only the rest of its context and its new tokens.
 
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import Cache
 
-from seal.rollout.attention import PREFIX_KWARG, PrefixGroup, prefix_groups_supported
-from seal.rollout.kv_cache import BufferLayer, Entry, KVShape, common_prefix
+from seal.engine.attention import PREFIX_KWARG, PrefixGroup, prefix_groups_supported
+from seal.engine.kv_cache import BufferLayer, Entry, KVShape, common_prefix
 
 # Rows sharing at least this many leading tokens attend to them as one shared prefix.
 DEFAULT_MIN_SHARED = 128
@@ -133,7 +133,7 @@ def prefill_padded(model: Model, shape: KVShape, items: list[PrefillItem], min_s
     """Prefill several rows in one forward over their cached prefixes (each row's own length).
 
     Rows whose reused prefixes share at least ``min_shared`` tokens attend to that part as a
-    :class:`~seal.rollout.attention.PrefixGroup` (see :func:`prefix_groups`); the rest of row i's
+    :class:`~seal.engine.attention.PrefixGroup` (see :func:`prefix_groups`); the rest of row i's
     reused prefix, its "own" part of ``o_i`` positions, goes in the buffers. Layout of the
     (B, H, P + Q, D) buffers, P = longest own part, Q = most new tokens: row i's own part is
     right-aligned in ``[P - o_i, P)`` and its n_i new tokens in ``[P + Q - n_i, P + Q)``; the gaps
@@ -196,7 +196,7 @@ def decode(model: Model, shape: KVShape, rows: list[Entry], first_logits: torch.
     ``first_logits`` (B, V) are the rows' next-token logits from :func:`prefill`; ``choose`` maps
     logits (B, V) to tokens (B,), ``logprob_of`` maps (logits, tokens) to log-probs (B,). Rows
     sharing at least ``min_shared`` leading tokens read that prefix once per step as a
-    :class:`~seal.rollout.attention.PrefixGroup`; the buffers hold only the rest of each row.
+    :class:`~seal.engine.attention.PrefixGroup`; the buffers hold only the rest of each row.
     """
     groups, shared = prefix_groups(model, [r.tokens for r in rows], list(rows), [len(r) for r in rows], min_shared)
     b, steps = len(rows), max(max_tokens)

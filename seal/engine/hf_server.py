@@ -9,12 +9,12 @@ sampling settings (temperature, top-p, top-k); the batch decodes up to the large
 among them and each answer is cut to its own limit.
 
 Two engines do the batch. With ``prefix_cache_tokens > 0`` (default) the server keeps the
-key/values of recent contexts (:mod:`seal.rollout.kv_cache`): each request computes only the part
+key/values of recent contexts (:mod:`seal.engine.kv_cache`): each request computes only the part
 of its context not seen before (in an episode, the last observation), the rows' new parts are
-prefilled together in padded forwards (:func:`~seal.rollout.kv_engine.prefill_many`), then the rows
+prefilled together in padded forwards (:func:`~seal.engine.kv_engine.prefill_many`), then the rows
 decode together in a loop of the server's own (temperature, top-k, top-p sampling). Rows that share
 at least ``shared_prefix_min_tokens`` leading tokens (the episodes of one task share the prompt)
-read that prefix once per forward instead of once per row (:mod:`seal.rollout.attention`). With
+read that prefix once per forward instead of once per row (:mod:`seal.engine.attention`). With
 ``prefix_cache_tokens=0`` the batch is one left-padded ``model.generate`` call, which recomputes
 every context in full.
 
@@ -27,7 +27,7 @@ Semantics, documented because the trainer relies on them:
 * **Weights.** ``dtype=None`` (default) generates with the very module object passed in, so a
   trainer that updates that module in place is always sampled on-policy; ``autocast_dtype`` runs
   its matmuls in that dtype while the master weights stay fp32 (``None`` = off; ``"auto"``, the
-  default: bf16 where the device runs it natively, else off, :mod:`seal.rollout.precision`).
+  default: bf16 where the device runs it natively, else off, :mod:`seal.engine.precision`).
   ``dtype=torch.bfloat16`` keeps a private bf16 copy instead (half the memory of a second fp32
   copy); then call :meth:`HFServerManager.update_weights` after every optimizer step, which copies
   the weights in. On the 2-core CPU of docs/benchmarks.md, bf16 made prefill faster but decoding
@@ -68,7 +68,7 @@ import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 from verl.workers.rollout.replica import TokenOutput
 
-from seal.rollout import attention, kv_cache, kv_engine, precision
+from seal.engine import attention, kv_cache, kv_engine, precision
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ On CPU the cost of an episode's LLM call is dominated by re-reading its whole co
 prompt is 3.5k-7k tokens) when only the last observation is new. The server therefore keeps the
 key/value tensors of recent contexts in a :class:`PrefixStore`; a request reuses the longest stored
 prefix it shares (the same episode's previous call, or a sibling episode of the same task) and
-computes only the rest (:mod:`seal.rollout.kv_engine`). Entries are chains (:class:`Entry`), so
+computes only the rest (:mod:`seal.engine.kv_engine`). Entries are chains (:class:`Entry`), so
 an extension stores only what it adds. :class:`BufferLayer` is the cache layer the engine runs
 the model over: preallocated buffers, so no step copies the cache.
 
