@@ -293,3 +293,20 @@ def test_verl_validation_log_scores_the_verdict_not_a_partial_reward() -> None:
         {"valid": False, "failure_tags": ["pass", "state_mismatch"]}), reward=0.35)
     (line,) = validation_records([json.dumps(result.to_fields())], [0.35], step=1, generation={})
     assert (line.score, line.reward, line.valid) == (0.0, 0.35, False)
+
+
+def test_observations_take_the_role_the_environment_names(scripted_server: Any, tokenizer: Any,
+                                                         env_client: Any) -> None:
+    # The ToolACE prompt mode returns its observations in ipython messages (its /create info says
+    # so): the runner's messages and tokens carry that role. As in the release, every observation of
+    # such an episode has it, the next turn's query included (the release's /step state role).
+    server = scripted_server(["[get_stock_info(symbol='NVDA')]", "NVDA trades at its listed price.",
+                              "[fund_account(amount=2203.4)]", "Done."])
+    out = run_episode(make_config(), server, tokenizer, env_client, env_params={"tool_prompt_mode": "toolace_fc", "tool_call_parser": "toolace_fc",
+                                                                "tool_result_mode": "toolace_official_prompt"})
+    e = out.extra_fields
+    assert out.reward_score == 1.0 and e["terminated_reason"] == "completed"
+    roles = [m["role"] for m in e["messages"]]
+    assert roles[:2] == ["system", "user"] and set(roles[2::2]) == {"assistant"} and set(roles[3::2]) == {"ipython"}
+    assert tokenizer.decode(out.response_ids).count("<|im_start|>ipython") == roles.count("ipython") == 3
+    check_tokens(out, server, tokenizer)
