@@ -10,7 +10,8 @@ A trainer (either backend) calls, per step:
 3. :meth:`SealHooks.reweight` — the configured reweighter (``seal.advantage.reweighter``, built
    from its own ``seal.advantage.<name>`` block) on the GRPO advantages: its per-step
    preparation from the capability state (A-Patch: the dynamic tag-weight update), then its function;
-4. :meth:`SealHooks.step_metrics`, and :meth:`SealHooks.end_epoch` at an epoch boundary.
+4. :meth:`SealHooks.after_step` (:meth:`SealHooks.end_epoch` at an epoch boundary), then
+   :meth:`SealHooks.step_metrics`.
 
 Checkpoints carry :meth:`state_dict` (or :meth:`save` / :meth:`load` on a folder). A fresh
 run starts with an empty state; only an explicit resume loads one, so a state left in the
@@ -161,6 +162,15 @@ class SealHooks:
         if self.guidelines_enabled(train=True):
             out["seal/guidelines/num_lines"] = float(len(self.env_params(train=True)["diagnostic_evolution"]["lines"]))
         return out
+
+    def after_step(self, epoch: int, step: int, *, ends_epoch: bool, last_step: bool) -> None:
+        """The step's bookkeeping, the same on both backends: at an epoch's last step,
+        :meth:`end_epoch`; at the run's last step in the middle of an epoch, save the state so
+        the run's (non-empty) window is kept."""
+        if ends_epoch:
+            self.end_epoch(epoch, step)
+        elif last_step:
+            self.save_state()
 
     def end_epoch(self, epoch: int, step: int) -> None:
         """Dump ``diagnostic_stats/epoch_<e>.json``, save the state, *then* reset the window, so

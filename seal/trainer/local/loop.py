@@ -232,8 +232,7 @@ class LocalTrainer:
                            "is skipped", step, selection.excluded, selection.lone_survivors)
         # 7. Bookkeeping: the step counter, the epoch boundary, SEAL's state metrics.
         self.global_step = step
-        if ends_epoch:
-            self.hooks.end_epoch(epoch, step)
+        self.hooks.after_step(epoch, step, ends_epoch=ends_epoch, last_step=step >= self.total_steps)
         metrics.update(self.hooks.step_metrics())
         metrics.update({"training/epoch": float(epoch), "timing/rollout_s": t_rollout,
                         "timing/update_s": time.time() - t0 - t_rollout, "timing/step_s": time.time() - t0})
@@ -323,8 +322,6 @@ class LocalTrainer:
                 self.last_metrics = metrics
                 if (save_freq > 0 and self.global_step % save_freq == 0) or last:
                     self.save()
-            if self.hooks.state is not None and self.hooks.state.window["categories"]:
-                self.hooks.save_state()  # a run ending mid-epoch keeps its (non-empty) window
         finally:
             log.close()
 

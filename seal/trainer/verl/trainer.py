@@ -121,10 +121,8 @@ class SealRayPPOTrainer(RayPPOTrainer):
         metrics.update(reweight_metrics)
         metrics.update(episode_metrics(results))
         metrics.update(selection.metrics())
-        if step % steps_per_epoch == 0:
-            self.seal_hooks.end_epoch(epoch, step)
-        elif step >= self.total_training_steps:
-            self.seal_hooks.save_state()  # a run ending mid-epoch keeps its (non-empty) window
+        self.seal_hooks.after_step(epoch, step, ends_epoch=step % steps_per_epoch == 0,
+                                   last_step=step >= self.total_training_steps)
         metrics.update(self.seal_hooks.step_metrics())
         return metrics
 
