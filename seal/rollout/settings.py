@@ -10,11 +10,14 @@ bfcl}``; ``seal.reward`` and ``trainer.total_epochs`` for the reward.
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
+
+log = logging.getLogger(__name__)
 
 # Release defaults (the SEAL recipe) for configs that lack a key, e.g. a bare verl config.
 _DEFAULT_PROMPT_LENGTH = 12288
@@ -170,18 +173,20 @@ def episode_params(cfg: Any, rollout_mode: str, env_params: Mapping[str, Any] | 
     return params
 
 
-def make_env_client(cfg: Any) -> Any:
+def make_env_client(cfg: Any, *, retries: int | None = None) -> Any:
     """An :class:`env_service.client.EnvClient` for ``env_service.urls`` / ``env_service.url``,
     or an in-process service of ``env_service.env`` when both are unset (costly per episode:
-    inject a shared client)."""
+    inject a shared client). ``retries``: the HTTP client's own retries of idempotent calls
+    (default: the client's; the local trainer passes 0, its runner retries whole episodes)."""
     from env_service.client import EnvClient
     from seal.environment import environment_name
 
     timeout = float(select(cfg, "env_service.timeout_s", 60.0))
     urls = select(cfg, "env_service.urls", []) or []
     url = select(cfg, "env_service.url")
-    if urls:
-        return EnvClient(list(urls), timeout_s=timeout)
-    if url:
-        return EnvClient(url, timeout_s=timeout)
-    return EnvClient.in_process(env=environment_name(cfg))
+    if not urls and not url:
+        log.info("environment service: in-process")
+        return EnvClient.in_process(env=environment_name(cfg))
+    target = list(urls) if urls else str(url)
+    log.info("environment service: %s", target)
+    return EnvClient(target, timeout_s=timeout, **({} if retries is None else {"retries": retries}))

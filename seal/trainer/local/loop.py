@@ -18,15 +18,16 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from seal.config import ConfigError, to_plain
+from seal.config import ConfigError
 from seal.engine.precision import AUTOCAST_DTYPES, log_choice, resolve_autocast
-from seal.environment import environment_name, task_categories
+from seal.environment import task_categories
 from seal.trainer import RunStopped
 from seal.trainer.best_checkpoint import BestCheckpointKeeper, BestCheckpointSettings
 from seal.trainer.hooks import SealHooks
 from seal.trainer.local import checkpoint as ckpt
 from seal.trainer.local.data import TaskSampler
 from seal.rollout.prompt_length import prompt_token_counter
+from seal.rollout.settings import make_env_client
 from seal.trainer.step_rules import episode_metrics, select_trainable
 from seal.trainer.tasks import select_task_ids
 from seal.trainer.local.episodes import Episode, EpisodeJob, episode_from_output, play_all
@@ -50,20 +51,6 @@ def default_runner_factory(cfg: DictConfig, server: Any, tokenizer: Any, env_cli
     from seal.rollout.agent_loop import BfclAgentLoop
 
     return BfclAgentLoop.for_local(cfg, server, tokenizer, env_client=env_client)
-
-
-def make_env_client(cfg: DictConfig) -> Any:
-    """HTTP client for ``env_service.url(s)``, or an in-process service when the URL is null."""
-    from env_service.client import EnvClient
-
-    urls = list(to_plain(cfg.env_service.urls) or [])
-    url = cfg.env_service.url
-    if not urls and url is None:
-        logger.info("environment service: in-process")
-        return EnvClient.in_process(env=environment_name(cfg))
-    target = urls or str(url)
-    logger.info("environment service: %s", target)
-    return EnvClient(target, timeout_s=float(cfg.env_service.timeout_s), retries=0)
 
 
 def seed_everything(seed: int) -> None:
@@ -94,7 +81,8 @@ class LocalTrainer:
         self.ref_model = frozen_copy(self.model) if self.loss_settings.use_kl_loss else None
         self.optimizer = self._make_optimizer()
         self.hooks = SealHooks(cfg, self.exp_dir)
-        self.env = env_client if env_client is not None else make_env_client(cfg)
+        # The runner retries whole episodes (seal.rollout.env_retries); the client does not retry.
+        self.env = env_client if env_client is not None else make_env_client(cfg, retries=0)
         self._own_env = env_client is None
         # One precision for generation and the update (seal.engine.precision: auto = bf16 only
         # where the device runs it natively), logged once.
