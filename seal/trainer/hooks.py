@@ -20,7 +20,6 @@ experiment folder by an unrelated earlier run is never picked up silently.
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 from collections import Counter
@@ -39,6 +38,7 @@ from seal.environment import env_params_block
 from seal.diagnosis.stats import DiagnosisConfig, DiagnosisStats
 from seal.episode import EpisodeResult
 from seal.interface.guidelines import GuidelineConfig, select_guidelines
+from seal.rollout.settings import episode_params
 
 logger = logging.getLogger(__name__)
 
@@ -97,19 +97,21 @@ class SealHooks:
         evo = self.env_block.get("diagnostic_evolution") or {}
         return self.enabled and bool(evo.get("enable")) and (train or bool(evo.get("apply_to_validation")))
 
-    def env_params(self, *, train: bool, category: str | None = None) -> dict[str, Any]:
-        """The per-episode environment parameters (a fresh dict each call).
+    def guideline_lines(self, *, train: bool, category: str | None = None) -> list[str] | None:
+        """The guideline lines an episode gets (None when guideline evolution does not apply):
+        selected from the capability state, per ``category`` when ``category_tags`` is set."""
+        if not (self.guidelines_enabled(train=train) and self.state is not None):
+            return None
+        cat = category if self.guide_cfg.per_category else None
+        return select_guidelines(self.state, category=cat, cfg=self.guide_cfg)
 
-        ``train`` selects the rollout mode (``sample`` / ``validate``). With guideline evolution
-        on, ``diagnostic_evolution.lines`` holds the lines selected from the capability state
-        (per ``category`` when ``diagnostic_evolution.category_tags`` is set).
-        """
-        params = copy.deepcopy(self.env_block)
-        params["rollout_mode"] = ROLLOUT_MODES[bool(train)]
-        if self.guidelines_enabled(train=train) and self.state is not None:
-            cat = category if self.guide_cfg.per_category else None
-            params["diagnostic_evolution"]["lines"] = select_guidelines(self.state, category=cat, cfg=self.guide_cfg)
-        return params
+    def env_params(self, *, train: bool, category: str | None = None) -> dict[str, Any]:
+        """One episode's ``/create`` params (a fresh dict each call), merged by the one rule,
+        :func:`seal.rollout.settings.episode_params`: the environment's block, the rollout mode
+        (``train``: ``sample``, else ``validate``) and the selected guideline lines, if any."""
+        lines = self.guideline_lines(train=train, category=category)
+        extra = {} if lines is None else {"diagnostic_evolution": {"lines": lines}}
+        return episode_params(self.cfg, ROLLOUT_MODES[bool(train)], extra)
 
     # ------------------------------------------------------------------ per step
 
@@ -160,7 +162,7 @@ class SealHooks:
             return {}
         out = self.stats.metrics()
         if self.guidelines_enabled(train=True):
-            out["seal/guidelines/num_lines"] = float(len(self.env_params(train=True)["diagnostic_evolution"]["lines"]))
+            out["seal/guidelines/num_lines"] = float(len(self.guideline_lines(train=True) or []))
         return out
 
     def after_step(self, epoch: int, step: int, *, ends_epoch: bool, last_step: bool) -> None:

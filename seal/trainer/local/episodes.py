@@ -85,7 +85,7 @@ def episode_from_output(job: EpisodeJob, out: Any) -> Episode:
 
 
 async def play_episode(runner: Any, job: EpisodeJob, sampling_params: Mapping[str, Any],
-                       env_params: Mapping[str, Any], *, retries: int,
+                       env_params: Mapping[str, Any], *, rollout_mode: str, retries: int,
                        to_episode: Callable[[EpisodeJob, Any], Episode],
                        extra_info: Mapping[str, Any] | None = None) -> Episode:
     """Play ``job``, retrying up to ``retries`` more times when the environment faults.
@@ -96,7 +96,7 @@ async def play_episode(runner: Any, job: EpisodeJob, sampling_params: Mapping[st
     for attempt in range(1, retries + 2):
         try:
             out = await runner.run(dict(sampling_params), task_id=job.task_id,
-                                   rollout_mode=env_params.get("rollout_mode", "sample"), env_params=dict(env_params),
+                                   rollout_mode=rollout_mode, env_params=dict(env_params),
                                    extra_info=dict(extra_info or {}))
         except EnvUnavailableError as exc:
             reason = f"{type(exc).__name__}: {exc}"
@@ -115,7 +115,7 @@ async def play_episode(runner: Any, job: EpisodeJob, sampling_params: Mapping[st
 
 
 async def play_all(runner: Any, jobs: Sequence[EpisodeJob], sampling_params: Mapping[str, Any],
-                   env_params_for: Callable[[EpisodeJob], Mapping[str, Any]], *, retries: int,
+                   env_params_for: Callable[[EpisodeJob], Mapping[str, Any]], *, rollout_mode: str, retries: int,
                    to_episode: Callable[[EpisodeJob, Any], Episode], max_concurrency: int,
                    desc: str, show_progress: bool = True,
                    extra_info: Mapping[str, Any] | None = None) -> list[Episode]:
@@ -125,8 +125,8 @@ async def play_all(runner: Any, jobs: Sequence[EpisodeJob], sampling_params: Map
 
     async def one(job: EpisodeJob) -> Episode:
         async with sem:
-            ep = await play_episode(runner, job, sampling_params, env_params_for(job), retries=retries,
-                                    to_episode=to_episode, extra_info=extra_info)
+            ep = await play_episode(runner, job, sampling_params, env_params_for(job), rollout_mode=rollout_mode,
+                                    retries=retries, to_episode=to_episode, extra_info=extra_info)
         bar.update(1)
         return ep
 

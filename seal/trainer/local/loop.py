@@ -23,7 +23,7 @@ from seal.engine.precision import AUTOCAST_DTYPES, log_choice, resolve_autocast
 from seal.environment import task_categories
 from seal.trainer import RunStopped
 from seal.trainer.best_checkpoint import BestCheckpointKeeper, BestCheckpointSettings
-from seal.trainer.hooks import SealHooks
+from seal.trainer.hooks import ROLLOUT_MODES, SealHooks
 from seal.trainer.local import checkpoint as ckpt
 from seal.trainer.local.data import TaskSampler
 from seal.rollout.prompt_length import prompt_token_counter
@@ -132,9 +132,8 @@ class LocalTrainer:
 
     def prompt_counter(self, *, train: bool) -> Callable[[str], int]:
         """``task_id -> tokens of its rendered initial prompt``, as the runner renders it."""
-        params = self.hooks.env_params(train=train)
-        return prompt_token_counter(self.cfg, self.tokenizer, self.env, rollout_mode=params["rollout_mode"],
-                                    env_params=params)
+        return prompt_token_counter(self.cfg, self.tokenizer, self.env, rollout_mode=ROLLOUT_MODES[train],
+                                    env_params=self.hooks.env_params(train=train))
 
     def sampling_params(self, *, train: bool) -> dict[str, Any]:
         """Per-call sampling settings: the rollout's for training, ``val_kwargs`` (greedy) for validation."""
@@ -155,7 +154,7 @@ class LocalTrainer:
         coro = play_all(
             self.runner, jobs, self.sampling_params(train=train),
             lambda job: self.hooks.env_params(train=train, category=categories[job.task_id]),
-            retries=0,  # the runner itself retries an episode seal.rollout.env_retries times
+            rollout_mode=ROLLOUT_MODES[train], retries=0,  # the runner itself retries an episode seal.rollout.env_retries times
             to_episode=episode_from_output, max_concurrency=int(self.local.max_concurrent_episodes), desc=desc,
             show_progress=bool(self.local.progress_bars), extra_info={"epoch": epoch},
         )
