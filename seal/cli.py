@@ -23,14 +23,18 @@ logger = logging.getLogger(__name__)
 DEFAULT_BUDGET_CONF = Path(__file__).resolve().parents[1] / "exp" / "SEAL.yaml"
 
 
-def budget_from_args(args: argparse.Namespace) -> Any:
-    """The episode budget of ``--conf`` (with ``--set`` overrides), as :class:`RolloutSettings`."""
+def protocol_from_args(args: argparse.Namespace, user_params: dict[str, Any]) -> tuple[Any, str, dict[str, Any]]:
+    """What ``--conf`` (with ``--set`` overrides) fixes of the evaluation, as the trainers' validation
+    reads it: the episode budget (:class:`RolloutSettings`), the environment (``env_service.env``)
+    and each episode's ``/create`` params (its block in ``validate`` mode, ``--params`` on top)."""
     from seal.config import ConfigError, compose_config
-    from seal.rollout.settings import RolloutSettings
+    from seal.environment import environment_name
+    from seal.rollout.settings import RolloutSettings, episode_params
 
     try:
         cfg = compose_config(args.conf, list(args.conf_overrides), check=False)
-        return RolloutSettings.from_config(cfg)
+        return (RolloutSettings.from_config(cfg), environment_name(cfg),
+                episode_params(cfg, "validate", user_params))
     except (ConfigError, ValueError) as exc:
         raise SystemExit(f"seal eval: --conf {args.conf}: {exc}") from None
 
@@ -70,12 +74,13 @@ def add_eval_arguments(ap: argparse.ArgumentParser) -> None:
     gen.add_argument("--max-llm-calls", type=int, default=None,
                      help="LLM calls per episode (default: the budget's, seal.rollout.max_llm_calls of --conf)")
 
-    budget = ap.add_argument_group("episode budget (the trainers' own, read from the same config keys)")
+    budget = ap.add_argument_group("evaluation protocol (the trainers' validation, read from the same config keys)")
     budget.add_argument("--conf", type=Path, default=DEFAULT_BUDGET_CONF,
-                        help="experiment config whose episode budget applies: seal.rollout.{episode_budget, "
-                             "max_llm_calls, max_env_tokens, max_tokens_per_call, few_shot} and "
-                             "actor_rollout_ref.rollout.{max_model_len, response_length} (default: the paper "
-                             "recipe, exp/SEAL.yaml)")
+                        help="experiment config whose validation protocol applies: the episode budget "
+                             "(seal.rollout.{episode_budget, max_llm_calls, max_env_tokens, max_tokens_per_call, "
+                             "few_shot}, actor_rollout_ref.rollout.{max_model_len, response_length}), the "
+                             "environment (env_service.env) and its episode params (env_service.<env>) "
+                             "(default: the paper recipe, exp/SEAL.yaml)")
     budget.add_argument("--set", dest="conf_overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override one key of --conf (repeatable), e.g. "
                              "--set actor_rollout_ref.rollout.max_model_len=8192")
@@ -125,12 +130,13 @@ def build_policy(args: argparse.Namespace) -> Any:
                             timeout_s=args.timeout, tokenizer_path=args.tokenizer)
 
 
-def client_factory(env_url: str | None) -> Callable[[], Any]:
+def client_factory(env_url: str | None, env: str = "bfcl") -> Callable[[], Any]:
+    """Clients of the service at ``env_url``, or of an in-process service of the environment ``env``."""
     from env_service.client import EnvClient
 
     if env_url:
         return lambda: EnvClient(env_url)
-    return EnvClient.in_process
+    return lambda: EnvClient.in_process(env=env)
 
 
 def settings_from_args(args: argparse.Namespace) -> Any:
@@ -147,9 +153,9 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     def split_csv(text: str | None) -> list[str] | None:
         return [t.strip() for t in text.split(",") if t.strip()] if text else None
 
-    budget = budget_from_args(args)
+    budget, env, params = protocol_from_args(args, params)
     return EvalSettings(
-        split=args.split, task_ids=split_csv(args.tasks), categories=split_csv(args.categories),
+        split=args.split, env=env, task_ids=split_csv(args.tasks), categories=split_csv(args.categories),
         per_category=args.per_category, limit=args.limit, step=args.step, repeats=args.repeats,
         seed=args.seed, concurrency=args.concurrency, max_llm_calls=args.max_llm_calls, budget=budget,
         params=params,
@@ -224,7 +230,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     policy = build_policy(args)
     out = args.out or default_out_dir(args)
-    summary = run_eval(settings, policy, client_factory(args.env_url), out)
+    summary = run_eval(settings, policy, client_factory(args.env_url, settings.env), out)
     print(format_summary(summary))
     if args.export_bfcl:
         for rep in summary.repeats:

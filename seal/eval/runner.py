@@ -39,6 +39,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_MAX_LLM_CALLS = RolloutSettings().max_llm_calls
 CONTEXT_OVERFLOW = "context_overflow"  # the reason the trainers' episode runner gives too
 DEFAULT_OBSERVATION_ROLE = "user"
+UNKNOWN_CATEGORY = "unknown"  # an episode whose environment never reported its task's category
 VALIDATE_PARAMS: dict[str, Any] = {"rollout_mode": "validate"}
 
 
@@ -47,6 +48,7 @@ class EvalSettings:
     """What ``seal eval`` runs; every field maps to one command-line option."""
 
     split: str = "val"
+    env: str = "bfcl"
     task_ids: list[str] | None = None
     categories: list[str] | None = None
     per_category: int | None = None
@@ -118,18 +120,21 @@ def run_episode(
     step: int = 0,
     split: str | None = None,
     repeat: int = 0,
+    category: str | None = None,
 ) -> ValidationRecord:
     """Run one validation episode and return its log record (errors are recorded, not raised).
 
     ``budget``: the episode budget the trainers apply (:class:`RolloutSettings`, from the same
     config keys; default the paper recipe's); ``max_llm_calls`` overrides its LLM-call limit.
+    ``category``: the task's category as its environment's task store records it (default: the
+    category the environment reports at ``/create``).
     """
     budget = budget or RolloutSettings()
     if max_llm_calls is not None:
         budget = replace(budget, max_llm_calls=max_llm_calls)
     t0 = time.monotonic()
     record = ValidationRecord(
-        task_id=task_id, data_source=task_id.rsplit("_", 1)[0], split=split, step=step,
+        task_id=task_id, data_source=category or UNKNOWN_CATEGORY, split=split, step=step,
         score=0.0, reward=0.0, valid=False, generation=_generation_dict(sampling, budget),
         repeat=repeat, seed=sampling.seed,
     )
@@ -137,6 +142,7 @@ def run_episode(
     evaluation: Evaluation | None = None
     try:
         instance_id, messages, info = _unpack_create(client.create(task_id, params))
+        record.data_source = category or str(info.get("category") or UNKNOWN_CATEGORY)
         record.messages = with_few_shot(messages, budget.few_shot)
         role = str(info.get("observation_role") or DEFAULT_OBSERVATION_ROLE)
         record.terminated_reason = _dialogue(client, policy, instance_id, record, sampling, budget, role)
@@ -238,17 +244,18 @@ def _generation_dict(sampling: SamplingSettings, budget: RolloutSettings) -> dic
 # --------------------------------------------------------------------------- task selection
 
 
-def default_task_ids(split: str) -> list[str]:
-    """Task ids of a SEAL split (``train``/``val``/``test``/``eval``), from the environment's data."""
-    from env_service.bfcl.tasks import load_split
+def default_task_ids(split: str, env: str = "bfcl") -> list[str]:
+    """Task ids of a split (``train``/``val``/``test``/``eval``) of the environment ``env``."""
+    from env_service.registry import get_environment
 
-    return list(load_split(split))
+    return list(get_environment(env).load_split(split))
 
 
-def split_lookup() -> Callable[[str], str | None]:
-    """Maps a task id to ``val``/``test``/``train`` (None if in no split)."""
-    from env_service.bfcl.tasks import load_split
+def split_lookup(env: str = "bfcl") -> Callable[[str], str | None]:
+    """Maps a task id of ``env`` to ``val``/``test``/``train`` (None if in no split)."""
+    from env_service.registry import get_environment
 
+    load_split = get_environment(env).load_split
     table: dict[str, str] = {}
     for name in ("train", "val", "test"):
         for tid in load_split(name):
@@ -256,19 +263,32 @@ def split_lookup() -> Callable[[str], str | None]:
     return table.get
 
 
+def task_categories(env: str, ids: list[str]) -> dict[str, str]:
+    """``task_id -> category`` as the environment's task store records it (one line for an unknown id)."""
+    from env_service.registry import get_environment
+
+    try:
+        return get_environment(env).categories_of(list(ids))
+    except KeyError as err:
+        raise ValueError(f"environment {env!r} has no task {err.args[0]!r}: check --tasks") from None
+
+
 def select_tasks(settings: EvalSettings, ids: list[str]) -> list[str]:
-    """Apply the category filter, ``per_category`` and ``limit`` (order preserved)."""
+    """Apply the category filter, ``per_category`` and ``limit`` (order preserved); categories are
+    the task store's."""
+    if not settings.categories and settings.per_category is None:
+        return ids
+    category = task_categories(settings.env, ids)
     if settings.categories:
         wanted = set(settings.categories)
-        ids = [t for t in ids if t.rsplit("_", 1)[0] in wanted]
+        ids = [t for t in ids if category[t] in wanted]
     if settings.per_category is not None:
         seen: dict[str, int] = {}
         kept = []
         for t in ids:
-            cat = t.rsplit("_", 1)[0]
-            if seen.get(cat, 0) < settings.per_category:
+            if seen.get(category[t], 0) < settings.per_category:
                 kept.append(t)
-                seen[cat] = seen.get(cat, 0) + 1
+                seen[category[t]] = seen.get(category[t], 0) + 1
         ids = kept
     return ids
 
@@ -371,7 +391,7 @@ def run_eval(
 
 def _run_all(settings: EvalSettings, policy: ChatPolicy, client: Callable[[], Any], out_dir: Path) -> EvalSummary:
     """Task selection, the repeats and the summary file (see :func:`run_eval`)."""
-    ids = select_tasks(settings, settings.task_ids or default_task_ids(settings.split))
+    ids = select_tasks(settings, settings.task_ids or default_task_ids(settings.split, settings.env))
     skipped: dict[str, int] = {}
     if settings.max_prompt_tokens is not None:
         ids, skipped = filter_prompt_length(client(), policy, ids, settings.episode_params(),
@@ -381,9 +401,10 @@ def _run_all(settings: EvalSettings, policy: ChatPolicy, client: Callable[[], An
     if not ids:
         raise ValueError("no task left to evaluate: check --split/--tasks/--categories/--limit")
     split_of = _split_lookup_or_none(settings)
+    category_of = _category_lookup(settings.env, ids)
     results = []
     for r in range(settings.repeats):
-        results.append(_run_repeat(settings, policy, client, ids, out_dir, r, split_of))
+        results.append(_run_repeat(settings, policy, client, ids, out_dir, r, split_of, category_of))
     summary = EvalSummary(
         out_dir=str(out_dir), step=settings.step, task_ids=ids, skipped=skipped,
         repeats=results, mean_std=_aggregate(results),
@@ -393,9 +414,19 @@ def _run_all(settings: EvalSettings, policy: ChatPolicy, client: Callable[[], An
     return summary
 
 
+def _category_lookup(env: str, ids: list[str]) -> Callable[[str], str | None]:
+    """The task store's category of each task (None for an id the store lacks: the episode then
+    takes the category its environment reports)."""
+    from env_service.registry import get_environment
+
+    store = get_environment(env).task_store()
+    table = {t: str(store.get(t).category) for t in ids if t in store}
+    return table.get
+
+
 def _split_lookup_or_none(settings: EvalSettings) -> Callable[[str], str | None]:
     try:
-        return split_lookup()
+        return split_lookup(settings.env)
     except (ImportError, FileNotFoundError) as exc:
         logger.warning("cannot map task ids to splits (%s); records get split=%r", exc,
                        settings.split)
@@ -405,6 +436,7 @@ def _split_lookup_or_none(settings: EvalSettings) -> Callable[[str], str | None]
 def _run_repeat(
     settings: EvalSettings, policy: ChatPolicy, client: Callable[[], Any], ids: list[str],
     out_dir: Path, repeat: int, split_of: Callable[[str], str | None],
+    category_of: Callable[[str], str | None],
 ) -> RepeatResult:
     seed = settings.seed + repeat
     sampling = SamplingSettings(**{**settings.sampling.to_dict(), "seed": seed})
@@ -425,7 +457,7 @@ def _run_repeat(
     def work(tid: str) -> ValidationRecord:
         return run_episode(client(), policy, tid, params=settings.episode_params(),
                            sampling=sampling, budget=settings.budget,
-                           step=settings.step, split=split_of(tid), repeat=repeat)
+                           step=settings.step, split=split_of(tid), repeat=repeat, category=category_of(tid))
 
     bar = _progress(len(todo), f"repeat {repeat}", settings.progress)
     with ThreadPoolExecutor(max_workers=settings.concurrency) as pool:

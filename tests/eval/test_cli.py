@@ -29,7 +29,9 @@ def test_settings_from_arguments():
     s = settings_from_args(args)
     assert s.task_ids == ["a_1", "b_2"] and s.repeats == 3 and s.seed == 7 and s.step == 30
     assert s.sampling.temperature == 0.5 and s.sampling.max_tokens == 64 and s.max_llm_calls == 5
-    assert s.resume is False and s.episode_params() == {"tool_call_parser": "xml_json", "rollout_mode": "validate"}
+    params = s.episode_params()  # the config's validation params, --params on top
+    assert s.resume is False and params["tool_call_parser"] == "xml_json" and params["rollout_mode"] == "validate"
+    assert params["tool_prompt_mode"] == "bfcl_qwen_fc" and s.env == "bfcl"
     bad = build_parser().parse_args(["eval", "--endpoint", "http://x/v1", "--params", "[1]"])
     with pytest.raises(SystemExit, match="JSON object"):
         settings_from_args(bad)
@@ -54,3 +56,11 @@ def test_the_episode_budget_comes_from_the_experiment_config():
     bad = build_parser().parse_args(["eval", "--endpoint", "http://x/v1", "--conf", "exp/nope.yaml"])
     with pytest.raises(SystemExit, match="--conf exp/nope.yaml"):
         settings_from_args(bad)
+
+
+def test_the_environment_and_its_params_come_from_the_experiment_config():
+    args = build_parser().parse_args(["eval", "--endpoint", "http://x/v1", "--served-model", "m",
+                                      "--conf", "exp/examples/notes.yaml", "--params", '{"max_steps_per_turn": 3}'])
+    s = settings_from_args(args)
+    assert s.env == "notes" and s.episode_params()["max_steps_per_turn"] == 3
+    assert s.episode_params()["rollout_mode"] == "validate" and "tool_prompt_mode" not in s.episode_params()

@@ -42,7 +42,7 @@ class FakeEnv:
             self.live[iid] = {"task": task_id, "turn": 0, "calls": [[] for _ in range(self.turns)]}
             self.params_seen.append(dict(params))
         return iid, [{"role": "system", "content": f"tools for {task_id}"},
-                     {"role": "user", "content": "turn 0"}], {"instance_id": iid}
+                     {"role": "user", "content": "turn 0"}], {"instance_id": iid, "category": task_id.rsplit("_", 1)[0]}
 
     def step(self, iid, content):
         ep = self.live[iid]
@@ -248,3 +248,42 @@ def test_filters_and_bad_settings(tmp_path):
     assert summary.task_ids == ["multi_turn_base_2", "multi_turn_miss_func_3", "multi_turn_base_4"]
     with pytest.raises(ValueError, match="tokenizer"):
         run_eval(settings, ScriptedPolicy(), lambda: env, tmp_path / "c")
+
+
+class OraclePolicy:
+    """Answers each task with its ground truth (the environment's oracle messages), by system prompt."""
+
+    def __init__(self, scripts: dict[str, list[str]]) -> None:
+        self.scripts, self.played = scripts, {}
+
+    def complete(self, messages, sampling):
+        return self.complete_with_usage(messages, sampling).text
+
+    def complete_with_usage(self, messages, sampling):
+        key = messages[1]["content"]  # the first user turn names the task's conversation
+        queue = self.played.setdefault(key, list(self.scripts[key]))
+        text = queue.pop(0) if queue else "Done."
+        return Completion(text, prompt_tokens=0, completion_tokens=0, finish_reason="stop")
+
+
+def test_seal_eval_runs_another_environment_with_its_own_categories(tmp_path):
+    # The notes environment, picked by name: its tasks, splits and categories come from its task
+    # store (its ids carry no category); every ground truth passes.
+    from env_service.client import EnvClient
+    from env_service.notes.episode import default_store
+    from env_service.oracle import oracle_messages
+
+    store, ids = default_store(), ["notes_000", "notes_016", "notes_020"]
+    with EnvClient.in_process(env="notes") as client:
+        first_user = {t: client.create(t, {"rollout_mode": "validate"}) for t in ids}
+        scripts = {c.messages[1]["content"]: oracle_messages(store.get(t).gt_turns, store.get(t).classes)
+                   for t, c in first_user.items()}
+        for c in first_user.values():
+            client.release(c.instance_id)
+    settings = EvalSettings(env="notes", task_ids=ids, categories=["single_app", "abstain"], progress=False)
+    summary = run_eval(settings, OraclePolicy(scripts), lambda: EnvClient.in_process(env="notes"), tmp_path)
+    records = read_log_file(tmp_path / "validation_log" / "0.jsonl")
+    assert {r["task_id"]: r["data_source"] for r in records} == {
+        t: store.get(t).category for t in ids if store.get(t).category in ("single_app", "abstain")}
+    assert len(records) >= 2 and all(r["valid"] for r in records) and summary.repeats[0].errors == 0
+    assert {r["split"] for r in records} <= {"train", "val"}
