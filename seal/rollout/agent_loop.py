@@ -157,8 +157,11 @@ class BfclAgentLoop(AgentLoopBase):
         params = episode_params(self.config, mode, kwargs.get("env_params"))
         client, owned = self._client()
         try:
+            # The task store's category, as the caller knows it (verl's dataset row: data_source).
+            known_category = kwargs.get("category") or kwargs.get("data_source")
             return await self._run_with_retries(client, task_id, mode, params, dict(sampling_params),
-                                                _extra_info(kwargs.get("extra_info")))
+                                                _extra_info(kwargs.get("extra_info")),
+                                                str(known_category) if known_category else None)
         finally:
             if owned:
                 await asyncio.to_thread(client.close)
@@ -171,7 +174,8 @@ class BfclAgentLoop(AgentLoopBase):
         return make_env_client(self.config), True
 
     async def _run_with_retries(self, client: Any, task_id: str, mode: str, params: dict,
-                                sampling_params: dict, extra_info: dict) -> AgentLoopOutput:
+                                sampling_params: dict, extra_info: dict,
+                                known_category: str | None) -> AgentLoopOutput:
         attempts = self.settings.env_retries + 1
         last: _Episode | None = None
         error = ""
@@ -185,7 +189,7 @@ class BfclAgentLoop(AgentLoopBase):
                 error = str(err)
                 continue
             return self._output(episode, check, task_id, mode, extra_info, env_fault=False, attempts=attempt)
-        episode = last or _Episode(TokenTrace(list(self.chat.generation_header)), [],
+        episode = last or _Episode(TokenTrace(list(self.chat.generation_header)), [], category=known_category,
                                    want_logprobs=_wants_logprobs(sampling_params))
         episode.terminated_reason, episode.error = ENV_ERROR, error
         log.error("episode of %s counted as an environment fault after %d attempts: %s", task_id, attempts, error)
@@ -210,7 +214,7 @@ class BfclAgentLoop(AgentLoopBase):
         try:
             created = await asyncio.to_thread(client.create, task_id, params)
         except EnvServiceError as err:  # a 4xx on create is a bad task id or bad params: a config error
-            raise ValueError(f"environment rejected task {task_id!r} with params from env_service.bfcl/"
+            raise ValueError(f"environment rejected task {task_id!r} with params from env_service.<env> / "
                              f"env_params: {err}") from err
         except _env_errors() as err:
             raise EnvFault(f"create: {type(err).__name__}: {err}") from err
@@ -374,12 +378,16 @@ class BfclAgentLoop(AgentLoopBase):
 
 def _category(episode: _Episode, evaluation: Evaluation | None, task_id: str) -> str:
     """The task's category as the environment reported it (at ``/create``, else in the
-    evaluation); an episode whose ``/create`` never succeeded falls back to the id's prefix."""
+    evaluation); an episode whose ``/create`` never succeeded keeps the caller's category, and
+    without one the prefix of a BFCL-style id (``unknown`` for any other id)."""
     if episode.category:
         return str(episode.category)
     if evaluation is not None and evaluation.category:
         return evaluation.category
-    return category_of(task_id)
+    try:
+        return category_of(task_id)
+    except ValueError:
+        return "unknown"
 
 
 def _wants_logprobs(sampling_params: Mapping[str, Any]) -> bool:

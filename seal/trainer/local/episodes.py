@@ -20,18 +20,19 @@ from tqdm.auto import tqdm
 
 from env_service.client import EnvUnavailableError
 from seal.episode import EpisodeResult
-from seal.types import category_of
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
 class EpisodeJob:
-    """One episode to play: ``uid`` groups the ``n`` samples of one task (GRPO group)."""
+    """One episode to play: ``uid`` groups the ``n`` samples of one task (GRPO group);
+    ``category`` is the task store's (the record of an episode that never started keeps it)."""
 
     task_id: str
     uid: str
     sample: int
+    category: str
 
 
 @dataclass
@@ -95,7 +96,7 @@ async def play_episode(runner: Any, job: EpisodeJob, sampling_params: Mapping[st
     reason, last = "", None
     for attempt in range(1, retries + 2):
         try:
-            out = await runner.run(dict(sampling_params), task_id=job.task_id,
+            out = await runner.run(dict(sampling_params), task_id=job.task_id, category=job.category,
                                    rollout_mode=rollout_mode, env_params=dict(env_params),
                                    extra_info=dict(extra_info or {}))
         except EnvUnavailableError as exc:
@@ -110,7 +111,7 @@ async def play_episode(runner: Any, job: EpisodeJob, sampling_params: Mapping[st
         logger.warning("episode %s#%d: environment fault (attempt %d): %s", job.task_id, job.sample, attempt, reason)
     if last is not None:
         return last
-    return Episode(EpisodeResult(job.task_id, category_of(job.task_id), env_fault=True, error=reason,
+    return Episode(EpisodeResult(job.task_id, job.category, env_fault=True, error=reason,
                                  env_attempts=retries + 1), uid=job.uid, sample=job.sample)
 
 

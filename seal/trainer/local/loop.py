@@ -149,11 +149,9 @@ class LocalTrainer:
     def play(self, jobs: Sequence[EpisodeJob], *, train: bool, epoch: int, desc: str) -> list[Episode]:
         """Play ``jobs`` concurrently through the episode runner (a progress bar per call); the
         runner scores each episode (``epoch`` reaches its reward through ``extra_info``)."""
-        # Categories as the environment's task store records them (the interface filters by them).
-        categories = task_categories(self.cfg, {job.task_id for job in jobs})
         coro = play_all(
             self.runner, jobs, self.sampling_params(train=train),
-            lambda job: self.hooks.env_params(train=train, category=categories[job.task_id]),
+            lambda job: self.hooks.env_params(train=train, category=job.category),
             rollout_mode=ROLLOUT_MODES[train], retries=0,  # the runner itself retries an episode seal.rollout.env_retries times
             to_episode=episode_from_output, max_concurrency=int(self.local.max_concurrent_episodes), desc=desc,
             show_progress=bool(self.local.progress_bars), extra_info={"epoch": epoch},
@@ -186,7 +184,8 @@ class LocalTrainer:
         # 1. Tasks for this step, from the seeded per-epoch permutation.
         task_ids, epoch, ends_epoch = self.sampler.next_batch()
         # 2. n sampled episodes per task, training interface on (hints, feedback, guidelines).
-        jobs = [EpisodeJob(t, uid=f"{step}:{t}", sample=k) for t in task_ids for k in range(n)]
+        categories = task_categories(self.cfg, task_ids)
+        jobs = [EpisodeJob(t, uid=f"{step}:{t}", sample=k, category=categories[t]) for t in task_ids for k in range(n)]
         episodes = self.play(jobs, train=True, epoch=epoch, desc=f"rollout step {step}")
         self.check_faults(episodes, step)
         results = [e.result for e in episodes]
@@ -230,7 +229,8 @@ class LocalTrainer:
     def validate(self, step: int) -> dict[str, float]:
         """Greedy, one episode per validation task, untouched interface; writes the step's log."""
         t0 = time.time()
-        jobs = [EpisodeJob(t, uid=t, sample=0) for t in self.val_ids]
+        categories = task_categories(self.cfg, self.val_ids)
+        jobs = [EpisodeJob(t, uid=t, sample=0, category=categories[t]) for t in self.val_ids]
         episodes = self.play(jobs, train=False, epoch=self.sampler.pos.epoch, desc=f"validation step {step}")
         logger.info("validation at step %d: %d episodes in %.1f s", step, len(episodes), time.time() - t0)
         write_validation_log(self.exp_dir / "validation_log", step, episodes, self.sampling_params(train=False),

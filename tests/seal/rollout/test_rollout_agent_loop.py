@@ -157,6 +157,31 @@ def test_env_fault_after_retries(scripted_server: Any, tokenizer: Any, env_clien
     assert "connection refused" in e["error"]
 
 
+class DownClient(FlakyClient):
+    """No instance can ever be created: the environment is unreachable from the first call."""
+
+    def create(self, *a: Any) -> Any:
+        from env_service.client import EnvUnavailableError
+
+        raise EnvUnavailableError("connection refused (scripted)", code="connect")
+
+
+@pytest.mark.parametrize(("row", "category"), [({"data_source": "kitchen"}, "kitchen"),
+                                               ({"category": "kitchen"}, "kitchen"), ({}, "unknown")])
+def test_a_fault_before_create_keeps_the_callers_category(scripted_server: Any, tokenizer: Any, env_client: Any,
+                                                         row: dict, category: str) -> None:
+    """An episode that never got an instance has no category from the environment: it keeps the
+    dataset row's (verl: data_source; local: category), and an id that is not BFCL-shaped does not
+    crash the batch."""
+    async def go() -> Any:
+        loop = BfclAgentLoop.for_local(make_config(env_retries=0), scripted_server([], default=CALL_STOCK),
+                                       tokenizer, env_client=DownClient(env_client, set()))
+        return await loop.run(dict(SAMPLING), task_id="pantry-restock", rollout_mode="sample", **row)
+
+    result = EpisodeResult.from_fields(asyncio.run(go()).extra_fields)
+    assert result.env_fault and result.excluded and result.category == category
+
+
 def test_episode_call_cap(scripted_server: Any, tokenizer: Any, env_client: Any) -> None:
     server = scripted_server([], default=CALL_STOCK)
     cfg = make_config()
