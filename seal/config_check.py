@@ -247,6 +247,32 @@ def check_model_path(plain: dict[str, Any]) -> None:
                      "scripts/prepare_model.py, or give a local folder or a hub id such as Qwen/Qwen2.5-7B-Instruct)")
 
 
+def check_hub_model(key: str, repo_id: str, *, timeout_s: float = 10.0) -> None:
+    """A hub id that is neither in the local hub cache nor reachable fails in one line at once.
+
+    ``from_pretrained`` retries an unreachable hub for about a minute before it gives up; one
+    metadata request with a short timeout answers the same question. Called where a model is
+    about to be loaded (never in the config check: composing a config needs no network).
+    """
+    import httpx
+    from huggingface_hub import HfApi, constants, try_to_load_from_cache
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
+        return
+    fix = "fix: download it once with network access, or point the key at a local model folder"
+    if constants.HF_HUB_OFFLINE:
+        raise _error(f"{key}={repo_id}: not in the local hub cache and HF_HUB_OFFLINE is set ({fix})")
+    try:
+        HfApi().model_info(repo_id, timeout=timeout_s)
+    except RepositoryNotFoundError:
+        raise _error(f"{key}={repo_id}: no such model on the hub, or a private/gated one this machine is not "
+                     "logged in for (fix: check the id, or run `hf auth login`)") from None
+    except (httpx.HTTPError, OSError) as exc:
+        raise _error(f"{key}={repo_id}: not in the local hub cache and the hub is unreachable "
+                     f"({type(exc).__name__}: {exc}; {fix})") from None
+
+
 def resolve_data_file(value: str) -> Path:
     """A data file as the trainers find it: as given, else relative to the project."""
     from seal.config import REPO_ROOT

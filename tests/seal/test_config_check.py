@@ -84,3 +84,75 @@ def test_missing_local_model_folder_fails_at_once():
     assert time.monotonic() - t0 < 10  # no hub look-ups
     # A hub id (org/name) is not a local path and is left to the loader.
     compose_config("exp/SEAL.yaml", ["actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct"])
+
+
+class _Hub:
+    """``HfApi.model_info`` replaced: the hub's answer without the network."""
+
+    def __init__(self, error: Exception | None) -> None:
+        self.error, self.calls = error, []
+
+    def model_info(self, repo_id, *, timeout=None, **kwargs):
+        self.calls.append((repo_id, timeout))
+        if self.error is not None:
+            raise self.error
+        return object()
+
+    def patch(self, monkeypatch) -> None:
+        import huggingface_hub
+
+        monkeypatch.setattr(huggingface_hub.HfApi, "model_info",
+                            lambda api, repo_id, **kwargs: self.model_info(repo_id, **kwargs))
+
+
+def _hub_error(monkeypatch, error: Exception | None, *, offline: bool = False) -> tuple[str | None, _Hub]:
+    import huggingface_hub
+
+    from seal.config_check import check_hub_model
+
+    hub = _Hub(error)
+    hub.patch(monkeypatch)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", offline)
+    try:
+        check_hub_model("actor_rollout_ref.model.path", "nobody/no-such-model")
+    except ConfigError as err:
+        assert "\n" not in str(err)
+        return str(err), hub
+    return None, hub
+
+
+def test_an_unreachable_hub_fails_in_one_line_with_one_short_request(monkeypatch):
+    import httpx
+
+    message, hub = _hub_error(monkeypatch, httpx.ConnectError("Name or service not known"))
+    assert message.startswith("actor_rollout_ref.model.path=nobody/no-such-model: not in the local hub cache "
+                              "and the hub is unreachable (ConnectError")
+    assert hub.calls == [("nobody/no-such-model", 10.0)]
+
+
+def test_an_unknown_hub_id_and_offline_mode_are_one_line_each(monkeypatch):
+    import httpx
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    url = "https://huggingface.co/api/models/nobody/no-such-model"
+    not_found = RepositoryNotFoundError("404", response=httpx.Response(404, request=httpx.Request("GET", url)))
+    message, _ = _hub_error(monkeypatch, not_found)
+    assert "no such model on the hub" in message
+    message, hub = _hub_error(monkeypatch, None, offline=True)
+    assert "HF_HUB_OFFLINE is set" in message and hub.calls == []
+    assert _hub_error(monkeypatch, None)[0] is None  # reachable and known: left to from_pretrained
+
+
+def test_a_cached_hub_model_needs_no_request(monkeypatch, tmp_path):
+    import huggingface_hub
+
+    from seal.config_check import check_hub_model
+
+    config = tmp_path / "config.json"
+    config.write_text("{}")
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda repo, name: str(config))
+    hub = _Hub(AssertionError("no request for a cached model"))
+    hub.patch(monkeypatch)
+    check_hub_model("actor_rollout_ref.model.path", "Qwen/Qwen2.5-7B-Instruct")
+    assert hub.calls == []
+

@@ -19,6 +19,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from seal.config import REPO_ROOT, ConfigError
+from seal.config_check import check_hub_model, looks_local
 from seal.engine.precision import resolve_autocast
 
 logger = logging.getLogger(__name__)
@@ -59,6 +60,8 @@ def load_policy(cfg: DictConfig, device: torch.device) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = model_path(cfg)
+    if not looks_local(path):
+        check_hub_model("actor_rollout_ref.model.path", path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)

@@ -158,6 +158,7 @@ def run_verl(cfg: DictConfig, *, exp_dir: Path) -> None:
         raise ConfigError(f"trainer.backend={cfg.trainer.backend!r}: run_verl needs trainer.backend=verl")
     check_verl_config(cfg)  # fail on the driver, before Ray and the GPU workers start
     _check_accelerators(cfg)
+    _check_hub_models(cfg)
     exp_dir = Path(exp_dir).resolve()
     prepared = prepare_config(cfg, exp_dir=exp_dir)
     auto_set_device(prepared)
@@ -176,6 +177,19 @@ def _check_accelerators(cfg: DictConfig) -> None:
     if not joins_cluster and not is_device_available():
         raise ConfigError("trainer.backend=verl needs GPUs and this machine has none; use trainer.backend=local, "
                           "or join a GPU cluster with ray_kwargs.ray_init.address=<address>")
+
+
+def _check_hub_models(cfg: DictConfig) -> None:
+    """On a local Ray cluster the driver shares the workers' hub cache and network: a hub id they
+    could not load fails here in one line, not after Ray's start-up and a minute of retries."""
+    from seal.config_check import check_hub_model, looks_local
+
+    if OmegaConf.select(cfg, "ray_kwargs.ray_init.address") or os.environ.get("RAY_ADDRESS"):
+        return
+    for key in ("path", "tokenizer_path"):
+        value = OmegaConf.select(cfg, f"actor_rollout_ref.model.{key}")
+        if isinstance(value, str) and value and not looks_local(value):
+            check_hub_model(f"actor_rollout_ref.model.{key}", value)
 
 
 class _RunnerFactory:

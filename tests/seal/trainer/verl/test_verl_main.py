@@ -75,6 +75,34 @@ def test_run_verl_without_gpus_names_the_local_backend(tmp_path, monkeypatch):
         run_verl(compose_config("exp/SEAL.yaml"), exp_dir=tmp_path)
 
 
+def test_run_verl_checks_a_hub_model_before_ray_starts(tmp_path, monkeypatch):
+    """On a local cluster an unreachable hub id fails on the driver; joining a cluster leaves the
+    question to the workers, whose cache and network the driver does not share."""
+    import verl.trainer.main_ppo
+    import verl.utils.device
+
+    import seal.config_check
+
+    asked = []
+
+    def unreachable(key, repo_id, **kwargs):
+        asked.append((key, repo_id))
+        raise ConfigError(f"{key}={repo_id}: not in the local hub cache and the hub is unreachable")
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(verl.utils.device, "is_device_available", lambda: True)
+    monkeypatch.setattr(seal.config_check, "check_hub_model", unreachable)
+    started = []
+    monkeypatch.setattr(verl.trainer.main_ppo, "run_ppo", lambda *a, **k: started.append(a))
+    with pytest.raises(ConfigError, match="hub is unreachable"):
+        run_verl(compose_config("exp/SEAL.yaml"), exp_dir=tmp_path)
+    assert asked == [("actor_rollout_ref.model.path", "Qwen/Qwen2.5-7B-Instruct")] and not started
+    asked.clear()
+    monkeypatch.setattr(verl.utils.device, "auto_set_device", lambda cfg: None)
+    run_verl(compose_config("exp/SEAL.yaml", ["ray_kwargs.ray_init.address=auto"]), exp_dir=tmp_path)
+    assert asked == [] and len(started) == 1
+
+
 def test_runner_factory_keeps_options():
     factory = _RunnerFactory("/x").options(runtime_env={"nsight": {}})
     assert factory.exp_dir == "/x" and factory._options == {"runtime_env": {"nsight": {}}}
