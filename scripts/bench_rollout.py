@@ -66,7 +66,9 @@ def make_config(args: argparse.Namespace) -> Any:
     cfg.seal.rollout.few_shot = not args.no_few_shot
     cfg.seal.rollout.max_llm_calls = args.max_llm_calls
     cfg.seal.rollout.max_tokens_per_call = args.max_tokens_per_call
-    cfg.actor_rollout_ref = {"rollout": {"prompt_length": 7168, "response_length": 1024, "max_model_len": 8192}}
+    # The model path lets the agent loop name the checkpoint's model type to verl's token builder.
+    cfg.actor_rollout_ref = {"model": {"path": str(args.model)},
+                             "rollout": {"prompt_length": 7168, "response_length": 1024, "max_model_len": 8192}}
     return cfg
 
 
