@@ -3,28 +3,14 @@ by config and built from its own ``seal.advantage.<name>`` block, changes the ad
 
 from __future__ import annotations
 
-import importlib
-import sys
-
 import pytest
 import torch
 
-from seal.advantage.registry import unregister_reweighter
 from seal.config import REPO_ROOT, ConfigError, compose_config
-from seal.tags import unregister_tag
 from seal.trainer.hooks import SealHooks
 
 SEAL_YAML = REPO_ROOT / "exp" / "SEAL.yaml"
 PLUGIN = ["seal.plugins=[example_plugins]", "seal.advantage.reweighter=failure_boost"]
-
-
-@pytest.fixture
-def plugins():
-    sys.modules.pop("example_plugins", None)
-    yield importlib.import_module("example_plugins")
-    unregister_tag("missed_tool")
-    unregister_reweighter("failure_boost")
-    sys.modules.pop("example_plugins", None)
 
 
 def test_selected_by_config_with_its_own_block(plugins, tmp_path) -> None:

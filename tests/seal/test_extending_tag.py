@@ -3,9 +3,6 @@ checked episode and shows in the diagnosis counts, the A-Patch weights and the g
 
 from __future__ import annotations
 
-import importlib
-import sys
-
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -13,23 +10,13 @@ from omegaconf import OmegaConf
 from env_service.bfcl.checker import check_episode
 from env_service.bfcl.tasks import TaskStore
 from seal.advantage import APatchConfig, apatch_reweight, resolve_tag_weights
-from seal.advantage.registry import unregister_reweighter
 from seal.config import REPO_ROOT, ConfigError, compose_config, validate_config
 from seal.diagnosis import CapabilityState, DiagnosisStats
 from seal.interface.guidelines import GuidelineConfig, select_guidelines
-from seal.tags import known_tags, unregister_tag
+from seal.tags import known_tags
 
 # Turn 0 of multi_turn_base_0 needs cd, mkdir and mv; the model only makes the folder.
 MISSED = [[["mkdir(dir_name='temp')"]], [], [], []]
-
-
-@pytest.fixture
-def plugins():
-    sys.modules.pop("example_plugins", None)
-    yield importlib.import_module("example_plugins")
-    unregister_tag("missed_tool")
-    unregister_reweighter("failure_boost")
-    sys.modules.pop("example_plugins", None)
 
 
 @pytest.fixture(scope="module")
