@@ -118,8 +118,3 @@ def get_environment(name: str) -> Environment:
         raise ValueError(f"environment package {module} did not register {name!r} (it must call "
                          "env_service.registry.register_environment when imported)")
     return env
-
-
-def environment_of(value: Any) -> Environment:
-    """An :class:`Environment` from a name or an environment (for callers that take either)."""
-    return value if isinstance(value, Environment) else get_environment(str(value))

@@ -55,9 +55,9 @@ def replay(cfg: Any, tokenizer: Any, client: Any, task_ids: list[str], mode: str
 
     store = client.task_store() if hasattr(client, "task_store") else None
     if store is None:
-        from env_service.bfcl.tasks import TaskStore
+        from env_service.bfcl.tasks import default_store
 
-        store = TaskStore.load()
+        store = default_store()
     out = {}
 
     async def play(task_id: str) -> Any:
@@ -99,13 +99,13 @@ class OracleChatPolicy:
 def replay_eval(cfg: Any, tokenizer: Any, client: Any, task_ids: list[str], *, progress: bool) -> dict[str, Any]:
     """The same replay through ``seal eval``'s runner under the config's budget:
     ``{task_id: (passed, terminated_reason, final_context_tokens)}``."""
-    from env_service.bfcl.tasks import TaskStore
+    from env_service.bfcl.tasks import default_store
     from env_service.oracle import oracle_for_task
     from seal.eval.policies import SamplingSettings
     from seal.eval.runner import VALIDATE_PARAMS, run_episode
     from seal.rollout.settings import RolloutSettings
 
-    store, budget, out = TaskStore.load(), RolloutSettings.from_config(cfg), {}
+    store, budget, out = default_store(), RolloutSettings.from_config(cfg), {}
     sampling = SamplingSettings(max_tokens=budget.per_call_tokens)
     for task_id in tqdm(task_ids, desc="replay (seal eval)", disable=not progress):
         policy = OracleChatPolicy(tokenizer, oracle_for_task(store.get(task_id)))
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     from omegaconf import OmegaConf
     from transformers import AutoTokenizer
 
-    from env_service.bfcl.tasks import TaskStore
+    from env_service.bfcl.tasks import default_store
     from env_service.client import EnvClient
     from seal.config import ConfigError, compose_config
     from seal.rollout.settings import RolloutSettings
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"budget_replay: {err}", file=sys.stderr)
         return 2
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    ids = TaskStore.load().ids(args.category)[: args.limit]
+    ids = default_store().ids(args.category)[: args.limit]
     if not ids:
         print(f"budget_replay: no task in category {args.category!r}", file=sys.stderr)
         return 2

@@ -10,26 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
-
 from env_service.registry import DEFAULT_ENVIRONMENT, Environment, get_environment
-
-
-def _select(cfg: Any, key: str) -> Any:
-    if isinstance(cfg, (DictConfig, ListConfig)):
-        value = OmegaConf.select(cfg, key, default=None)
-        return OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
-    value = cfg
-    for part in key.split("."):
-        if not isinstance(value, Mapping) or part not in value:
-            return None
-        value = value[part]
-    return value
+from seal.rollout.settings import select
 
 
 def environment_name(cfg: Any) -> str:
     """``env_service.env`` (``bfcl`` when the config has no such key)."""
-    return str(_select(cfg, "env_service.env") or DEFAULT_ENVIRONMENT)
+    return str(select(cfg, "env_service.env") or DEFAULT_ENVIRONMENT)
 
 
 def environment(cfg: Any) -> Environment:
@@ -40,7 +27,7 @@ def environment(cfg: Any) -> Environment:
 def env_params_block(cfg: Any) -> dict[str, Any]:
     """The environment's per-episode params, ``env_service.<env>`` ({} when absent)."""
     name = environment_name(cfg)
-    block = _select(cfg, f"env_service.{name}")
+    block = select(cfg, f"env_service.{name}")
     if block is None:
         return {}
     if not isinstance(block, Mapping):

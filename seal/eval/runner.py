@@ -36,7 +36,6 @@ from seal.rollout.tokens import clip_text
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_LLM_CALLS = RolloutSettings().max_llm_calls
 CONTEXT_OVERFLOW = "context_overflow"  # the reason the trainers' episode runner gives too
 DEFAULT_OBSERVATION_ROLE = "user"
 UNKNOWN_CATEGORY = "unknown"  # an episode whose environment never reported its task's category

@@ -361,11 +361,12 @@ class BfclAgentLoop(AgentLoopBase):
         # response_length tokens after the prompt (the release truncates the same way).
         width = self.settings.response_length
         mask = [0] * min(len(trace.response_mask), width) if result.excluded else list(trace.response_mask[:width])
-        extra = result.to_fields()
+        fields = result.to_fields()
+        extra = dict(fields)
         # verl copies extra_fields["reward_extra_info"] into the batch as one column per key, taking
         # the keys from the batch's first episode: so every episode, faulted or not, carries the
         # same single key. The trainer's validation dump reads the record back from it.
-        extra["reward_extra_info"] = {RECORD_KEY: json.dumps(result.to_fields())}
+        extra["reward_extra_info"] = {RECORD_KEY: json.dumps(fields)}
         return AgentLoopOutput(
             prompt_ids=prompt_ids, response_ids=list(trace.response_ids[:width]), response_mask=mask,
             # One rule for every episode of a run, whatever happened to it: verl concatenates the

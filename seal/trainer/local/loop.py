@@ -96,6 +96,8 @@ class LocalTrainer:
         self.train_ids = select_task_ids(cfg, "train", prompt_tokens=self.prompt_counter(train=True))
         wants_val = bool(cfg.trainer.val_before_train) or int(cfg.trainer.test_freq or 0) > 0
         self.val_ids = select_task_ids(cfg, "val", prompt_tokens=self.prompt_counter(train=False)) if wants_val else []
+        # Categories as the environment's task store records them (the interface filters by them).
+        self.categories = task_categories(cfg, [*self.train_ids, *self.val_ids])
         self.sampler = TaskSampler(self.train_ids, int(cfg.data.train_batch_size), seed=int(cfg.data.seed),
                                    shuffle=bool(cfg.data.get("shuffle", True)))
         self.total_steps = self._total_steps()
@@ -184,8 +186,8 @@ class LocalTrainer:
         # 1. Tasks for this step, from the seeded per-epoch permutation.
         task_ids, epoch, ends_epoch = self.sampler.next_batch()
         # 2. n sampled episodes per task, training interface on (hints, feedback, guidelines).
-        categories = task_categories(self.cfg, task_ids)
-        jobs = [EpisodeJob(t, uid=f"{step}:{t}", sample=k, category=categories[t]) for t in task_ids for k in range(n)]
+        jobs = [EpisodeJob(t, uid=f"{step}:{t}", sample=k, category=self.categories[t])
+                for t in task_ids for k in range(n)]
         episodes = self.play(jobs, train=True, epoch=epoch, desc=f"rollout step {step}")
         self.check_faults(episodes, step)
         results = [e.result for e in episodes]
@@ -229,8 +231,7 @@ class LocalTrainer:
     def validate(self, step: int) -> dict[str, float]:
         """Greedy, one episode per validation task, untouched interface; writes the step's log."""
         t0 = time.time()
-        categories = task_categories(self.cfg, self.val_ids)
-        jobs = [EpisodeJob(t, uid=t, sample=0, category=categories[t]) for t in self.val_ids]
+        jobs = [EpisodeJob(t, uid=t, sample=0, category=self.categories[t]) for t in self.val_ids]
         episodes = self.play(jobs, train=False, epoch=self.sampler.pos.epoch, desc=f"validation step {step}")
         logger.info("validation at step %d: %d episodes in %.1f s", step, len(episodes), time.time() - t0)
         write_validation_log(self.exp_dir / "validation_log", step, episodes, self.sampling_params(train=False),

@@ -43,12 +43,13 @@ def episode_results(batch: Any) -> list[EpisodeResult]:
     return [EpisodeResult.from_fields({name: col[i] for name, col in columns.items()}) for i in range(len(batch))]
 
 
-def step_selection(batch: Any, *, n: int) -> StepSelection:
+def step_selection(batch: Any, *, n: int, results: Sequence[EpisodeResult] | None = None) -> StepSelection:
     """The shared step rules (:mod:`seal.trainer.step_rules`) on a batch's rows: episodes the
     runner excluded (faults, prompts that did not fit), and lone survivors of their GRPO group
     (``uid``). Reads no reward, so it works right after rollout as well as after
-    ``compute_advantage``."""
-    excluded = [r.excluded for r in episode_results(batch)]
+    ``compute_advantage``. ``results``: the rows' records when the caller has already read them
+    (:func:`episode_results`)."""
+    excluded = [r.excluded for r in (episode_results(batch) if results is None else results)]
     groups = _column(batch, "uid") or _column(batch, "task_id")
     return select_trainable(excluded, groups, n=n)
 

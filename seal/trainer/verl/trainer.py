@@ -109,7 +109,7 @@ class SealRayPPOTrainer(RayPPOTrainer):
         steps_per_epoch = len(self.train_dataloader)
         epoch = (step - 1) // steps_per_epoch
         results = episode_results(batch)
-        selection = step_selection(batch, n=int(self.config.actor_rollout_ref.rollout.n))
+        selection = step_selection(batch, n=int(self.config.actor_rollout_ref.rollout.n), results=results)
         exclude_rows(batch, selection, adv_estimator=str(self.config.algorithm.adv_estimator),
                      norm_adv_by_std_in_grpo=bool(self.config.algorithm.get("norm_adv_by_std_in_grpo", True)))
         # Excluded episodes say nothing about the policy: the capability state never sees them.
