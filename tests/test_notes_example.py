@@ -45,10 +45,10 @@ def test_tasks_and_categories_come_from_the_environment(cfg) -> None:
     assert select_task_ids(cfg, "val") == ["notes_020", "notes_021"]
     abstain = compose_config(CONF, ["seal.tasks.categories=[abstain]", "seal.tasks.max_train_tasks=null"])
     ids = select_task_ids(abstain, "train")
-    assert ids == ["notes_016", "notes_017", "notes_018", "notes_019"]
+    assert ids == [f"notes_{i:03d}" for i in (*range(16, 20), *range(64, 70))]
     assert set(task_categories(abstain, ids).values()) == {"abstain"}
     rows = TaskDataset.from_config(abstain, "train")
-    assert [rows[i]["data_source"] for i in range(len(rows))] == ["abstain"] * 4
+    assert [rows[i]["data_source"] for i in range(len(rows))] == ["abstain"] * 10
     assert BfclTaskDataset is TaskDataset
     assert TaskDataset(["multi_turn_miss_func_3"], rollout_mode="sample")[0]["data_source"] == "multi_turn_miss_func"
 
@@ -85,7 +85,7 @@ def test_with_env_starts_the_configured_environment(tmp_path, monkeypatch) -> No
 
     monkeypatch.setattr(local, "run_local", probe)
     assert launcher.main(["--conf", CONF, "--with-env", "--", f"env_service.url={url}"]) == 0
-    assert seen == [["notes_020", "notes_021", "notes_022", "notes_023", "notes_024"]]
+    assert seen == [[f"notes_{i:03d}" for i in (*range(20, 25), *range(70, 95))]]
     assert not launcher._healthy(url)
 
 

@@ -1,8 +1,8 @@
 """``notes``: a small multi-turn function-calling benchmark, the worked example of an environment.
 
-Three stateful apps (:mod:`~env_service.notes.tools`: a notes app, a to-do list, a calendar), 30
+Three stateful apps (:mod:`~env_service.notes.tools`: a notes app, a to-do list, a calendar), 100
 tasks of two or three user turns each (``tasks.jsonl``: the apps' starting state, the user's
-messages and the ground-truth calls per turn; 20 train, 5 val, 5 test), in three categories
+messages and the ground-truth calls per turn; 60 train, 30 val, 10 test), in three categories
 (``single_app``, ``cross_app``, ``abstain``: a turn whose right move is no call). The checker
 (:mod:`~env_service.notes.checker`) answers in BFCL's evaluation shape, so the reward, the
 failure tags, the capability state, A-Patch and the interface evolution work on it unchanged.
