@@ -46,6 +46,11 @@ Semantics, documented because the trainer relies on them:
   ``load_state_dict`` bumps them) with those the cache was built under and drops the cache when
   they differ, so a trainer sharing the module needs no call; :meth:`HFServerManager.clear_cache`
   does it by hand (e.g. after replacing parameter tensors, which the counters cannot see).
+* **Models.** The prefix-reuse engine implements plain full causal attention only (the
+  architectures in :data:`seal.engine.kv_engine.SUPPORTED_MODEL_TYPES`, no sliding window,
+  softcapping or other layer types); construction refuses any other model with one
+  :class:`~seal.config.ConfigError` line (:func:`seal.engine.kv_engine.check_model`). The
+  ``model.generate`` engine (``prefix_cache_tokens=0``) runs whatever the model implements.
 * **Stopping.** A sequence stops at an end-of-message id: the model's ``generation_config``
   ``eos_token_id`` (``<|im_end|>`` for SmolLM2; the tokenizer's own eos is a different token) plus
   any ``stop_token_ids`` of the request. ``stop_reason`` is ``"completed"`` (stopped by such an id,
@@ -235,6 +240,8 @@ class HFServerManager:
             raise ValueError(f"prefill_token_budget must be >= 1, got {prefill_token_budget}")
         if shared_prefix_min_tokens < 0:
             raise ValueError(f"shared_prefix_min_tokens must be >= 0, got {shared_prefix_min_tokens}")
+        if prefix_cache_tokens > 0:  # the prefix-reuse engine computes attention itself
+            kv_engine.check_model(model)
         self.prefill_token_budget = prefill_token_budget
         self.shared_prefix_min_tokens = shared_prefix_min_tokens
         self.model = copy.deepcopy(model).to(dtype) if dtype is not None else model

@@ -10,7 +10,10 @@ own buffer holds only the rest of its context and its new tokens.
 
 Works with decoder-only models whose attention uses a standard per-layer key/value cache and
 explicit ``position_ids`` (Llama, Mistral, Qwen2 families). Keys are cached after RoPE at their
-true positions, which left padding preserves (positions count real tokens only).
+true positions, which left padding preserves (positions count real tokens only). Every layer must
+be plain full causal attention: the engine builds its own masks (a new token sees every earlier
+one) and reads a shared prefix without any mask, so a sliding window, logit softcapping or a
+non-softmax layer would be silently ignored. :func:`check_model` refuses such a model.
 """
 
 from __future__ import annotations
@@ -21,13 +24,74 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import Cache
 
+from seal.config import ConfigError
 from seal.engine.attention import PREFIX_KWARG, PrefixGroup, prefix_groups_supported
 from seal.engine.kv_cache import BufferLayer, Entry, KVShape, common_prefix
 
 # Rows sharing at least this many leading tokens attend to them as one shared prefix.
 DEFAULT_MIN_SHARED = 128
 
+# Model types whose attention this engine implements: every layer softmax attention over a
+# per-layer key/value cache with RoPE at ``position_ids``, one head size for keys and values,
+# nothing applied to the scores but the mask. Each is held to ``model.generate`` by a test on a
+# tiny random model (tests/seal/engine/test_engine_model_support.py). The configs' own switches
+# (sliding windows, layer types, softcapping) are checked on top of this list.
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "phi3")
+FULL_ATTENTION = "full_attention"
+MODEL_KEY = "actor_rollout_ref.model.path"
+
 Model = Callable[..., object]
+
+
+def unsupported_attention(config: object) -> str | None:
+    """What of ``config``'s attention the engine does not implement, in words; ``None`` if nothing.
+
+    Checked in this order, so the reason named is the most specific one: per-layer ``layer_types``
+    other than full attention (Gemma 2/3 sliding layers, chunked or linear attention), a
+    ``sliding_window`` narrower than the model's context where the model has no ``layer_types``
+    (Mistral v0.1, Phi-3-4k apply it to every layer), attention logit softcapping, ALiBi, and
+    finally a model type outside :data:`SUPPORTED_MODEL_TYPES`. A window at least as wide as the
+    context (``max_position_embeddings``) never masks anything and is accepted.
+    """
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    model_type = str(getattr(config, "model_type", "") or getattr(text, "model_type", "") or "unknown")
+    layer_types = list(getattr(text, "layer_types", None) or [])
+    window = getattr(text, "sliding_window", None)
+    context = int(getattr(text, "max_position_embeddings", 0) or 0)
+    other = sorted({str(t) for t in layer_types} - {FULL_ATTENTION})
+    if other:
+        shown = ", ".join(repr(t) for t in other)
+        width = f", sliding_window={window}" if window and "sliding_attention" in other else ""
+        return f"layers of type {shown} (config.layer_types{width})"
+    if not layer_types and window and (not context or int(window) < context):
+        return f"sliding-window attention (config.sliding_window={window} < its {context or '?'}-token context)"
+    if getattr(text, "attn_logit_softcapping", None):
+        return f"attention logit softcapping (config.attn_logit_softcapping={text.attn_logit_softcapping})"
+    if getattr(text, "alibi", False) or getattr(text, "position_embedding_type", None) == "alibi":
+        return "ALiBi position biases"
+    if model_type not in SUPPORTED_MODEL_TYPES and getattr(text, "model_type", None) not in SUPPORTED_MODEL_TYPES:
+        return f"an architecture outside those the engine implements ({', '.join(SUPPORTED_MODEL_TYPES)})"
+    return None
+
+
+def check_model(model: torch.nn.Module) -> None:
+    """Refuse, with one :class:`~seal.config.ConfigError` line, a model whose attention the engine
+    would compute differently from the model itself (see :func:`unsupported_attention`).
+
+    Without this check such a model generates: its outputs match ``model.generate`` on short
+    prompts and turn to garbage past the window (Gemma 3 with prompts over 512 tokens).
+    """
+    config = model.config
+    reason = unsupported_attention(config)
+    if reason is None:
+        return
+    path = str(getattr(config, "_name_or_path", "") or getattr(config, "name_or_path", "") or "")
+    key = f"{MODEL_KEY}={path}" if path else MODEL_KEY
+    model_type = getattr(config, "model_type", None) or "unknown"
+    raise ConfigError(
+        f"{key}: model type {model_type!r} has {reason}, but the local generation engine (seal.engine) "
+        "implements only full causal attention; use a model with full causal attention (llama, qwen2, "
+        "qwen3, mistral without a sliding window) or trainer.backend=verl with vLLM on a GPU")
 
 
 def group_rows(contexts: list[torch.Tensor], usable: list[int], min_shared: int) -> list[tuple[list[int], int]]:
