@@ -8,7 +8,12 @@ client written for the release works unchanged. Typed routes live under ``/v1/``
 Status codes (both families): 400 bad body or params, 404 unknown task id, unknown route or unknown /
 released / reaped instance id, 409 instance id already live, 413 content too large, 503 instance cap
 reached, worker lost or timed out, 500 anything unexpected. The body is always an ``ErrorResponse``
-with a one-line ``detail``; tracebacks go to the service log only.
+with a one-line ``detail``; tracebacks go to the service log only. A JSON body nesting deeper than
+:data:`env_service.schemas.MAX_NESTING` levels is refused (413) as it is parsed, before validation.
+
+An unexpected error is answered by the outermost middleware itself, so the connection stays open for
+the client's next request (an exception left to Starlette's last-resort handler is re-raised to the
+server, which then closes a kept-alive connection after the 500).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -64,13 +70,47 @@ class _BodyTooLarge(StarletteHTTPException):
         super().__init__(413, f"request body exceeds {limit} bytes")
 
 
+class _TooDeep(StarletteHTTPException):
+    """Raised while a body is parsed when it nests past :data:`schemas.MAX_NESTING`; FastAPI lets HTTP
+    exceptions through its body parsing, so the error handlers answer it as a 413."""
+
+    def __init__(self) -> None:
+        super().__init__(413, f"the body nests objects/lists deeper than {schemas.MAX_NESTING} levels "
+                              "(fix: send flat params; no request of this service needs more)")
+
+
+class _NestingLimitedRequest(Request):
+    """A request whose JSON body is refused when it nests too deeply (checked once, as it is parsed)."""
+
+    async def json(self) -> Any:
+        body = await super().json()
+        if schemas.nesting_exceeds(body):
+            raise _TooDeep()
+        return body
+
+
+class _NestingLimitedRoute(APIRoute):
+    """Routes that parse their body through :class:`_NestingLimitedRequest`."""
+
+    def get_route_handler(self) -> Any:
+        handler = super().get_route_handler()
+
+        async def limited(request: Request) -> Response:
+            return await handler(_NestingLimitedRequest(request.scope, request.receive))
+
+        return limited
+
+
 class _LatencyMiddleware:
-    """Records each request's duration per route path, refuses oversized bodies, folds ``//`` in paths.
+    """Records each request's duration per route path, refuses oversized bodies, folds ``//`` in paths,
+    and answers unexpected errors.
 
     The size limit holds for every body: a declared ``content-length`` beyond it is refused before
     reading, and a body without one (``transfer-encoding: chunked``) is counted as it arrives.
     Repeated slashes are folded because the release's client posts to ``//get_env_profile``.
-    Pure ASGI (cheaper than ``BaseHTTPMiddleware``).
+    An exception no handler took is answered here with a one-line 500 and not re-raised, so the
+    server keeps the connection alive (see the module docstring). Pure ASGI (cheaper than
+    ``BaseHTTPMiddleware``).
     """
 
     def __init__(self, app: Any, service: EnvService) -> None:
@@ -101,9 +141,22 @@ class _LatencyMiddleware:
                 raise _BodyTooLarge(self.max_body)
             return message
 
+        started = False
+
+        async def tracked_send(message: dict) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
         t0 = time.perf_counter()
         try:
-            await self.app(scope, counted_receive, send)
+            await self.app(scope, counted_receive, tracked_send)
+        except Exception as err:
+            if started:
+                raise  # half an answer is out: only closing the connection can end it
+            self.service.count_error("internal")
+            logger.error("unhandled error on %s %s", scope.get("method"), scope["path"], exc_info=err)
+            await _error(500, "internal", one_line(f"internal error: {type(err).__name__}: {err}"))(scope, receive, send)
         finally:
             self.service.latency.record(scope["path"], time.perf_counter() - t0)
 
@@ -131,6 +184,8 @@ def _assistant_content(messages: dict | list) -> str:
 
 
 def _add_error_handlers(app: FastAPI, service: EnvService) -> None:
+    # No ``Exception`` handler here: Starlette runs one in its outermost middleware and then re-raises
+    # to the server, which closes the kept-alive connection; _LatencyMiddleware answers those instead.
     @app.exception_handler(OpError)
     async def _op_error(request: Request, err: OpError) -> JSONResponse:
         service.count_error(err.code)
@@ -148,12 +203,6 @@ def _add_error_handlers(app: FastAPI, service: EnvService) -> None:
         detail = _BODY_PARSE_DETAIL if err.detail == "There was an error parsing the body" else err.detail
         service.count_error(code)
         return _error(err.status_code, code, one_line(f"{request.method} {request.url.path}: {detail}"))
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, err: Exception) -> JSONResponse:
-        service.count_error("internal")
-        logger.error("unhandled error on %s %s", request.method, request.url.path, exc_info=err)
-        return _error(500, "internal", one_line(f"internal error: {type(err).__name__}: {err}"))
 
 
 def _add_compat_routes(app: FastAPI, service: EnvService) -> None:
@@ -250,6 +299,7 @@ def create_app(config: ServiceConfig | None = None, service: EnvService | None =
                   description=f"Multi-turn episodes of the {env!r} environment over HTTP: release-compatible "
                               "routes plus typed /v1 routes.")
     app.state.service = service
+    app.router.route_class = _NestingLimitedRoute
     _add_error_handlers(app, service)
     _add_compat_routes(app, service)
     _add_v1_routes(app, service)

@@ -100,10 +100,13 @@ def worker_main(sock: socket.socket, host_factory: str, log_level: int) -> None:
             return  # the service closed our socket: shut down quietly
         req_id, op, instance_id, payload = request
         try:
-            reply = (req_id, True, host.handle(op, instance_id, payload))
+            reply = _frame((req_id, True, host.handle(op, instance_id, payload)))
         except OpError as err:
-            reply = (req_id, False, (err.code, err.message))
-        sock.sendall(_frame(reply))
+            reply = _frame((req_id, False, (err.code, err.message)))
+        except Exception as err:  # the answer itself would not pickle (e.g. nested too deeply)
+            logger.exception("the answer to %s on instance %s cannot be sent", op, instance_id)
+            reply = _frame((req_id, False, ("internal", f"{op}: the answer cannot be sent: {type(err).__name__}")))
+        sock.sendall(reply)
 
 
 # --------------------------------------------------------------------------- service process side
@@ -267,9 +270,14 @@ class WorkerPool:
             raise OpError("unavailable", f"environment worker {slot} is down (restarting); retry the episode")
         self._next_id += 1
         req_id = self._next_id
+        try:
+            frame = _frame((req_id, op, instance_id, payload))  # before the future: a failure leaves nothing pending
+        except (RecursionError, pickle.PicklingError) as err:
+            raise OpError("too_large", f"{op}: the request cannot be forwarded to a worker ({type(err).__name__}); "
+                                       "send flatter params") from None
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         worker.pending[req_id] = future
-        worker.writer.write(_frame((req_id, op, instance_id, payload)))
+        worker.writer.write(frame)
         try:
             return await asyncio.wait_for(future, self._request_timeout_s)
         except asyncio.TimeoutError:

@@ -12,6 +12,10 @@ Two families of routes share one implementation (``env_service.service.EnvServic
 Errors on both families are an :class:`ErrorResponse` with an HTTP status: 400 bad input, 404 unknown
 task or instance id, 409 instance id already live, 413 content too large, 503 overload / lost worker /
 timeout, 500 anything else. ``detail`` is always one line; tracebacks stay in the service log.
+
+Nesting: a request body whose objects and lists nest deeper than :data:`MAX_NESTING` levels (the
+body itself is level 1) is refused with 413 before it is validated or forwarded, so no deep value
+ever reaches the worker pipe's pickling or an episode (legitimate bodies nest fewer than 10 levels).
 """
 
 from __future__ import annotations
@@ -22,6 +26,25 @@ from pydantic import BaseModel, ConfigDict, Field
 
 PROTOCOL_VERSION = "1"
 SPLITS = ("train", "val", "test", "eval")
+MAX_NESTING = 64  # deepest a request body's objects and lists may nest (the body is level 1)
+
+
+def nesting_exceeds(value: Any, limit: int = MAX_NESTING) -> bool:
+    """Whether ``value``'s dicts and lists nest deeper than ``limit`` levels (``value`` is level 1).
+
+    Iterative (a deep value cannot exhaust the stack here) and it looks at containers only, so a
+    long string costs nothing; it stops at the first container past the limit.
+    """
+    if not isinstance(value, (dict, list)):
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
 
 _ID = Field(min_length=1, max_length=200, description="Instance id; any printable string without whitespace.")
 

@@ -223,6 +223,10 @@ class EnvService:
                                          f"{get_environment(self.config.env).example_task_id!r})")
         if params is not None and not isinstance(params, dict):
             raise OpError("bad_request", "params must be a JSON object")
+        if params and schemas.nesting_exceeds(params, schemas.MAX_NESTING - 1):
+            # HTTP bodies were checked as they were parsed; this holds the in-process client to the same.
+            raise OpError("too_large", f"params nest objects/lists deeper than {schemas.MAX_NESTING - 1} levels "
+                                       "(fix: send flat params; no environment needs more)")
         instance_id = check_instance_id(instance_id) if instance_id is not None else f"inst_{uuid.uuid4().hex}"
         if instance_id in self._instances:
             raise OpError("conflict", f"instance {instance_id!r} is already live; release it or pick another id")
