@@ -1,7 +1,9 @@
 """``python -m env_service [--env NAME] --host 127.0.0.1 --port 8082 [--workers N]``: serve an environment's tasks.
 
 ``--env`` picks the environment by its registered name (:mod:`env_service.registry`): ``bfcl``
-(default; the BFCL multi-turn tasks) or ``notes`` (the project's small example benchmark).
+(default; the BFCL multi-turn tasks), ``notes`` (the project's small example benchmark), or one a
+``--plugin`` module registers (``--plugin my_env --env my_env``): plug-ins are imported before the
+name is looked up.
 No environment variables and no network are needed: BFCL's tasks come from the installed bfcl-eval
 data and its splits from this project's ``data/`` folder; other environments ship their tasks.
 
@@ -18,16 +20,17 @@ import sys
 
 from env_service.registry import DEFAULT_ENVIRONMENT, known_environments
 from env_service.service import ServiceConfig
-from seal.plugins import load_plugins
 
 PROG = "python -m env_service"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
-    p.add_argument("--env", default=DEFAULT_ENVIRONMENT, choices=known_environments(),
-                   help=f"the environment to serve, by name (default {DEFAULT_ENVIRONMENT}; "
-                        "the trainer's env_service.env must name the same)")
+    # No ``choices``: a --plugin module may register the name, and plug-ins load after parsing.
+    p.add_argument("--env", default=DEFAULT_ENVIRONMENT, metavar="NAME",
+                   help=f"the environment to serve, by name: {', '.join(known_environments())} or one a --plugin "
+                        f"module registers (default {DEFAULT_ENVIRONMENT}; the trainer's env_service.env must "
+                        "name the same)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8082, help="port to bind (default 8082; 0 picks a free one)")
     p.add_argument("--workers", type=int, default=None,
@@ -39,8 +42,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     # A test hook: a "module:function" host that overrides the environment's own.
     p.add_argument("--host-factory", default=None, help=argparse.SUPPRESS)
     p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
-                   help="import MODULE in the service and its workers first, e.g. one registering research failure "
-                        "tags (repeatable; the trainer's seal.plugins)")
+                   help="import MODULE in the service and its workers first, e.g. one registering an environment "
+                        "or research failure tags (repeatable; the trainer's seal.plugins)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p.parse_args(argv)
 
@@ -64,7 +67,6 @@ def bind_socket(host: str, port: int) -> socket.socket:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     try:
-        load_plugins(args.plugin)
         config = ServiceConfig(workers=args.workers, ttl_s=args.ttl, max_instances=args.max_instances,
                                request_timeout_s=args.request_timeout, host_factory=args.host_factory,
                                env=args.env, plugins=tuple(args.plugin))

@@ -20,7 +20,10 @@ config under ``env_service.<name>``; ``env_service.env`` names the environment.
 
 The environments shipped with the project are listed in :data:`BUILTIN`; their package is
 imported the first time their name is asked for, so naming an environment costs nothing until
-it is used.
+it is used. Any other environment lives in a module of its own that registers it when imported:
+``seal.plugins`` in the experiment config (the trainers, ``seal eval --conf``, the in-process
+client and the service the launcher starts) or ``--plugin`` of ``python -m env_service`` imports
+it before any environment name is read.
 """
 
 from __future__ import annotations
@@ -96,10 +99,23 @@ def register_environment(env: Environment, *, replace: bool = False) -> Environm
     return env
 
 
+def unregister_environment(name: str) -> None:
+    """Forget a registered environment (tests and notebooks that register one for a while)."""
+    with _LOCK:
+        _REGISTERED.pop(name, None)
+
+
 def known_environments() -> list[str]:
     """Every name that :func:`get_environment` accepts (built-in and registered)."""
     with _LOCK:
         return sorted(set(BUILTIN) | set(_REGISTERED))
+
+
+def unknown_environment_message(name: object) -> str:
+    """The one line for a name no environment is registered under, with the fix: the plug-in route."""
+    return (f"unknown environment {name!r} (known: {', '.join(known_environments())}; fix: name one of them, or "
+            "load the module that registers yours first: seal.plugins: [my_module] in the experiment config, "
+            "--plugin my_module for python -m env_service)")
 
 
 def get_environment(name: str) -> Environment:
@@ -110,7 +126,7 @@ def get_environment(name: str) -> Environment:
         return env
     module = BUILTIN.get(name)
     if module is None:
-        raise ValueError(f"unknown environment {name!r}; known: {', '.join(known_environments())}")
+        raise ValueError(unknown_environment_message(name))
     importlib.import_module(module)
     with _LOCK:
         env = _REGISTERED.get(name)

@@ -23,6 +23,7 @@ from env_service import schemas
 from env_service.host import EpisodeHost, OpError, score_of
 from env_service.pool import InlineBackend, WorkerPool
 from env_service.registry import DEFAULT_ENVIRONMENT, get_environment
+from seal.plugins import load_plugins
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +44,8 @@ class ServiceConfig:
     ``env``: the environment served, a name of :mod:`env_service.registry` (``bfcl`` by default).
     ``host_factory``: builds each process's :class:`EpisodeHost` (a ``"module:function"`` path;
     inline mode also takes the callable itself, e.g. a test double); ``None`` = the environment's.
+    ``plugins``: modules imported before ``env`` is looked up (one may register the environment) and
+    again first thing in every worker process (``--plugin``; the trainer's ``seal.plugins``).
     """
 
     workers: int | None = None
@@ -53,9 +56,11 @@ class ServiceConfig:
     max_content_chars: int = 1_000_000
     host_factory: str | Callable[[], EpisodeHost] | None = None
     env: str = DEFAULT_ENVIRONMENT
-    plugins: tuple[str, ...] = ()  # modules the worker processes import first (research failure tags)
+    plugins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        self.plugins = tuple(self.plugins)
+        load_plugins(self.plugins)  # before the name is looked up: a plug-in may register the environment
         if self.host_factory is None:
             self.host_factory = get_environment(self.env).host_factory
         if self.workers is not None and self.workers < 0:

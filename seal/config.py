@@ -105,12 +105,12 @@ def _add_environment_blocks(cfg: DictConfig, base: DictConfig) -> None:
     """``env_service.env`` must name a registered environment; a params block of an environment
     that exp/seal_base.yaml does not hold (``env_service.notes``) is the environment's to check
     (:func:`seal.config_check.check_environment`), so it joins the reference tree as it is."""
-    from env_service.registry import known_environments
+    from env_service.registry import known_environments, unknown_environment_message
 
     known = known_environments()
     name = OmegaConf.select(cfg, "env_service.env")
-    if name not in known:
-        raise ConfigError(f"env_service.env={name!r}: unknown environment (known: {', '.join(known)})")
+    if name not in known:  # seal.plugins were imported first (_load_plugins), so a plug-in's name is known
+        raise ConfigError(f"env_service.env={name!r}: {unknown_environment_message(name)}")
     for env in known:
         if env not in base.env_service and env in cfg.env_service:
             base.env_service[env] = cfg.env_service[env]

@@ -132,12 +132,12 @@ def check_environment(plain: dict[str, Any]) -> None:
     from pydantic import ValidationError
 
     from env_service.host import validation_summary
-    from env_service.registry import get_environment, known_environments
+    from env_service.registry import get_environment, known_environments, unknown_environment_message
 
     service = plain.get("env_service") or {}
     name = service.get("env") or "bfcl"
     if name not in known_environments():
-        raise _error(f"env_service.env={name}: unknown environment (fix: one of {', '.join(known_environments())})")
+        raise _error(f"env_service.env={name}: {unknown_environment_message(name)}")
     env = get_environment(name)
     block = service.get(name)
     if env.check_params is None or block is None:

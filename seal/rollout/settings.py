@@ -186,7 +186,9 @@ def make_env_client(cfg: Any, *, retries: int | None = None) -> Any:
     url = select(cfg, "env_service.url")
     if not urls and not url:
         log.info("environment service: in-process")
-        return EnvClient.in_process(env=environment_name(cfg))
+        # seal.plugins first: one of them may register the environment (a no-op where the config
+        # check imported them already, needed where only the plain config travelled).
+        return EnvClient.in_process(env=environment_name(cfg), plugins=tuple(select(cfg, "seal.plugins") or ()))
     target = list(urls) if urls else str(url)
     log.info("environment service: %s", target)
     return EnvClient(target, timeout_s=timeout, **({} if retries is None else {"retries": retries}))
