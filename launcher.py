@@ -9,7 +9,8 @@
   that service is used and must answer. The verl backend uses the configured URL as is.
 * ``.env`` in the current folder is loaded first (``example.env`` lists every variable).
 * ``experiments/<trainer.experiment_name>/`` receives the resolved ``config.yaml``,
-  ``overrides.txt`` and ``git_commit.txt``, then everything the trainer writes.
+  ``overrides.txt``, ``git_commit.txt`` and, with ``seal.plugins``, ``plugins.json`` (each plug-in
+  module's file hash and its repository's commit), then everything the trainer writes.
 
 A bad config (unknown key, wrong type, unknown task id, missing file or model folder) fails with
 one line naming the key, before the model, Ray or the service start; so does any other expected
@@ -77,6 +78,21 @@ def write_run_files(exp_dir: Path, cfg, overrides: Sequence[str], conf: str) -> 
     (exp_dir / "overrides.txt").write_text("".join(f"{o}\n" for o in [f"--conf {conf}", *overrides]),
                                            encoding="utf-8")
     (exp_dir / "git_commit.txt").write_text(git_commit() + "\n", encoding="utf-8")
+    write_plugin_record(exp_dir, list(cfg.seal.get("plugins") or []))
+
+
+def write_plugin_record(exp_dir: Path, modules: Sequence[str]) -> None:
+    """``plugins.json`` beside ``git_commit.txt``: per ``seal.plugins`` module its file, sha256 and
+    the commit of its git repository (:func:`seal.plugins.plugin_record`); none when there are none."""
+    import json
+
+    from seal.plugins import plugin_record
+
+    path = exp_dir / "plugins.json"
+    if modules:
+        path.write_text(json.dumps([plugin_record(str(m)) for m in modules], indent=2) + "\n", encoding="utf-8")
+    else:
+        path.unlink(missing_ok=True)  # a rerun without plug-ins leaves no stale record
 
 
 def _healthy(url: str) -> bool:
@@ -117,7 +133,9 @@ def env_service(url: str, env: str = "bfcl", *, plugins: Sequence[str] = (),
     cmd = [sys.executable, "-m", "env_service", "--env", env, "--host", parsed.hostname, "--port", str(parsed.port)]
     cmd += [arg for module in plugins for arg in ("--plugin", str(module))]
     logger.info("starting the environment service: %s", " ".join(cmd[1:]))
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, 
+    from seal.plugins import child_environment
+
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=child_environment([str(m) for m in plugins]),
                             preexec_fn=partial(_die_with_parent, os.getpid()) if sys.platform == "linux" else None)
     try:
         deadline = time.monotonic() + wait_s
