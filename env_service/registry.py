@@ -12,11 +12,14 @@ An environment is a package that builds an :class:`Environment` and registers it
   every consumer reads a task's category;
 * ``load_split``: the task ids of ``train`` / ``val`` / ``test`` / ``eval``;
 * ``check_params`` (optional): validates a params block (raises ``ValueError`` naming the key), so
-  a config with a misspelt key fails before anything starts.
+  a config with a misspelt key fails before anything starts;
+* ``interface_blocks``: the interface-evolution blocks its episodes apply (``observation_lite``,
+  ``tool_feedback_evolution``, ``diagnostic_evolution``; :mod:`seal.interface.blocks`). A config
+  or a ``/create`` that turns on any other block is refused with one line instead of being a
+  silent no-op; the default, none, suits an environment without interface evolution.
 
-Its per-episode parameters (including the interface-evolution blocks ``observation_lite``,
-``tool_feedback_evolution`` and ``diagnostic_evolution`` it honours) live in the experiment
-config under ``env_service.<name>``; ``env_service.env`` names the environment.
+Its per-episode parameters live in the experiment config under ``env_service.<name>``;
+``env_service.env`` names the environment.
 
 The environments shipped with the project are listed in :data:`BUILTIN`; their package is
 imported the first time their name is asked for, so naming an environment costs nothing until
@@ -72,10 +75,16 @@ class Environment:
     description: str = ""
     example_task_id: str = ""
     check_params: Callable[[dict[str, Any]], None] | None = None
+    interface_blocks: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        from seal.interface.blocks import check_block_names
+
         if not self.name.isidentifier():
             raise ValueError(f"environment name {self.name!r} must be an identifier (it is a config key)")
+        # A tuple even when given a list or set: frozen, hashable, in a stable order.
+        object.__setattr__(self, "interface_blocks", check_block_names(
+            self.interface_blocks, owner=f"environment {self.name!r}: interface_blocks"))
         module, sep, attr = self.host_factory.partition(":")
         if not sep or not module or not attr:
             raise ValueError(f"environment {self.name!r}: host_factory must look like 'package.module:function', "

@@ -23,6 +23,7 @@ from env_service import schemas
 from env_service.host import EpisodeHost, OpError, score_of
 from env_service.pool import InlineBackend, WorkerPool
 from env_service.registry import DEFAULT_ENVIRONMENT, get_environment
+from seal.interface.blocks import enabled_blocks, unhonoured_message
 from seal.plugins import load_plugins
 
 logger = logging.getLogger(__name__)
@@ -232,6 +233,8 @@ class EnvService:
             # HTTP bodies were checked as they were parsed; this holds the in-process client to the same.
             raise OpError("too_large", f"params nest objects/lists deeper than {schemas.MAX_NESTING - 1} levels "
                                        "(fix: send flat params; no environment needs more)")
+        if params:
+            self._check_honoured(params)
         instance_id = check_instance_id(instance_id) if instance_id is not None else f"inst_{uuid.uuid4().hex}"
         if instance_id in self._instances:
             raise OpError("conflict", f"instance {instance_id!r} is already live; release it or pick another id")
@@ -256,6 +259,14 @@ class EnvService:
             inst.inflight -= 1
         self._counters.created += 1
         return instance_id, out["messages"], out["info"]
+
+    def _check_honoured(self, params: dict) -> None:
+        """An interface block turned on that the served environment does not honour is refused (400),
+        not silently ignored (:mod:`seal.interface.blocks`)."""
+        env = get_environment(self.config.env)
+        for block in enabled_blocks(params):
+            if block not in env.interface_blocks:
+                raise OpError("bad_request", unhonoured_message(block, env.name, env.interface_blocks, "params"))
 
     async def step(self, instance_id: str, content: str) -> tuple[str, bool, float, dict]:
         """One assistant message; returns ``(observation, terminated, reward, info)``."""

@@ -105,12 +105,16 @@ def _add_environment_blocks(cfg: DictConfig, base: DictConfig) -> None:
     """``env_service.env`` must name a registered environment; a params block of an environment
     that exp/seal_base.yaml does not hold (``env_service.notes``) is the environment's to check
     (:func:`seal.config_check.check_environment`), so it joins the reference tree as it is."""
-    from env_service.registry import known_environments, unknown_environment_message
+    from env_service.registry import get_environment, known_environments, unknown_environment_message
+    from seal import config_check
 
     known = known_environments()
     name = OmegaConf.select(cfg, "env_service.env")
     if name not in known:  # seal.plugins were imported first (_load_plugins), so a plug-in's name is known
         raise ConfigError(f"env_service.env={name!r}: {unknown_environment_message(name)}")
+    block = cfg.env_service.get(name)
+    if isinstance(block, DictConfig):  # here too, for the callers that skip the full check (seal eval --conf)
+        config_check.check_interface(to_plain(block), get_environment(name))
     for env in known:
         if env not in base.env_service and env in cfg.env_service:
             base.env_service[env] = cfg.env_service[env]

@@ -140,7 +140,12 @@ def check_environment(plain: dict[str, Any]) -> None:
         raise _error(f"env_service.env={name}: {unknown_environment_message(name)}")
     env = get_environment(name)
     block = service.get(name)
-    if env.check_params is None or block is None:
+    if block is None:
+        return
+    if not isinstance(block, dict):
+        raise _error(f"env_service.{name}: expected a mapping of the environment's episode params")
+    check_interface(block, env)
+    if env.check_params is None:
         return
     try:
         env.check_params(dict(block))
@@ -148,6 +153,17 @@ def check_environment(plain: dict[str, Any]) -> None:
         raise _error(f"env_service.{name}: {validation_summary(err)}") from None
     except ValueError as err:
         raise _error(f"env_service.{name}: {err}") from None
+
+
+def check_interface(block: dict[str, Any], env: Any) -> None:
+    """The interface-evolution blocks of the environment's params: known keys only, and none turned
+    on that the environment does not honour (it would be a silent no-op; :mod:`seal.interface.blocks`)."""
+    from seal.interface.blocks import check_interface_blocks
+
+    try:
+        check_interface_blocks(block, env.interface_blocks, env=env.name, where=f"env_service.{env.name}")
+    except ValueError as err:
+        raise _error(str(err)) from None
 
 
 def reweighter_blocks(plain: dict[str, Any]) -> tuple[str, ...]:

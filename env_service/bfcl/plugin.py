@@ -29,4 +29,5 @@ ENVIRONMENT = register_environment(Environment(
     load_split=load_split,
     description="BFCL V3/V4 multi-turn function calling (800 tasks, 4 categories)",
     example_task_id="multi_turn_base_0",
+    interface_blocks=("observation_lite", "tool_feedback_evolution", "diagnostic_evolution"),
 ))

@@ -44,4 +44,5 @@ ENVIRONMENT = register_environment(Environment(
     description="a notes app, a to-do list and a calendar: 30 multi-turn tasks (the worked example)",
     example_task_id="notes_000",
     check_params=check_params,
+    interface_blocks=("observation_lite", "tool_feedback_evolution", "diagnostic_evolution"),
 ))
