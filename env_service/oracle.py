@@ -5,7 +5,10 @@ as ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks (skipped 
 ground truth is empty), then a plain reply, which advances to the next user turn (or reveals the
 held-out functions, or ends the episode). Ground-truth call strings may use positional arguments
 (``sort('final_report.pdf')``); they are turned into keyword JSON with the backend method's
-signature, as Python would bind them.
+signature, as Python would bind them. Calls are written in the syntax of the episode's
+``tool_call_parser``: ``<tool_call>`` JSON blocks (``xml_json``, the default), a Python call list
+``[f(a=1), g(b='x')]`` (``python_list`` / ``toolace_fc``) or JSON objects with ``name`` and
+``parameters`` (``llama3_json`` / ``llama31_official_fc``).
 
 Used by the service tests, the benchmark and the soak script.
 """
@@ -18,6 +21,8 @@ import json
 from typing import Any
 
 from env_service.bfcl.executor import backend_class, parse_call
+from env_service.bfcl.parsers import resolve_mode
+from env_service.bfcl.prompts import call_to_string
 
 ORACLE_REPLY = "Done."
 
@@ -45,22 +50,31 @@ def call_to_json(call: str, involved_classes: list[str] | tuple[str, ...]) -> di
     return {"name": parsed.name, "arguments": {**dict(zip(names, parsed.args)), **parsed.kwargs}}
 
 
-def tool_call_message(calls: list[str], involved_classes: list[str] | tuple[str, ...]) -> str:
-    """One assistant message with every call of a turn as a ``<tool_call>`` block."""
-    blocks = [f"<tool_call>\n{json.dumps(call_to_json(c, involved_classes))}\n</tool_call>" for c in calls]
-    return "\n".join(blocks)
+def tool_call_message(calls: list[str], involved_classes: list[str] | tuple[str, ...], *,
+                      parser: str = "xml_json") -> str:
+    """One assistant message with every call of a turn, in ``parser``'s syntax (see the module
+    docstring): one ``<tool_call>`` block per call for ``xml_json``."""
+    objects = [call_to_json(c, involved_classes) for c in calls]
+    mode = resolve_mode(parser)
+    if mode == "python_list":
+        return "[" + ", ".join(call_to_string(o["name"], o["arguments"]) for o in objects) + "]"
+    if mode == "llama3_json":
+        named = [{"name": o["name"], "parameters": o["arguments"]} for o in objects]
+        return json.dumps(named[0] if len(named) == 1 else named)
+    return "\n".join(f"<tool_call>\n{json.dumps(o)}\n</tool_call>" for o in objects)
 
 
-def oracle_messages(gt_turns: list[list[str]], involved_classes: list[str] | tuple[str, ...]) -> list[str]:
+def oracle_messages(gt_turns: list[list[str]], involved_classes: list[str] | tuple[str, ...], *,
+                    parser: str = "xml_json") -> list[str]:
     """The assistant messages of a full oracle episode, in order."""
     messages: list[str] = []
     for calls in gt_turns:
         if calls:
-            messages.append(tool_call_message(calls, involved_classes))
+            messages.append(tool_call_message(calls, involved_classes, parser=parser))
         messages.append(ORACLE_REPLY)
     return messages
 
 
-def oracle_for_task(task: Any) -> list[str]:
+def oracle_for_task(task: Any, *, parser: str = "xml_json") -> list[str]:
     """:func:`oracle_messages` for a ``env_service.bfcl.tasks.Task``."""
-    return oracle_messages(task.gt_turns, tuple(task.involved_classes))
+    return oracle_messages(task.gt_turns, tuple(task.involved_classes), parser=parser)

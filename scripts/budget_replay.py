@@ -28,49 +28,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tqdm import tqdm  # noqa: E402
 
+from seal.rollout.oracle_server import OracleServer, oracle_messages_for, play_oracle  # noqa: E402,F401
+
 logger = logging.getLogger("budget_replay")
-
-
-class OracleServer:
-    """A ``server_manager`` that answers each call with the task's next oracle message."""
-
-    def __init__(self, tokenizer: Any, messages: list[str]) -> None:
-        self.tokenizer, self.messages, self.calls = tokenizer, list(messages), 0
-        self.eos = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() \
-            else tokenizer.eos_token_id
-
-    async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: dict, **_: Any) -> Any:
-        from verl.workers.rollout.replica import TokenOutput
-
-        text = self.messages[self.calls] if self.calls < len(self.messages) else "Done."
-        self.calls += 1
-        ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.eos]
-        return TokenOutput(token_ids=ids, log_probs=None, stop_reason="completed")
 
 
 def replay(cfg: Any, tokenizer: Any, client: Any, task_ids: list[str], mode: str, *, progress: bool) -> dict[str, Any]:
     """Play each task's oracle; returns ``{task_id: (passed, terminated_reason, whole_context_tokens)}``."""
-    from env_service.oracle import oracle_for_task
-    from seal.rollout.agent_loop import BfclAgentLoop
-
     store = client.task_store() if hasattr(client, "task_store") else None
     if store is None:
         from env_service.bfcl.tasks import default_store
 
         store = default_store()
     out = {}
-
-    async def play(task_id: str) -> Any:
-        server = OracleServer(tokenizer, oracle_for_task(store.get(task_id)))
-        loop = BfclAgentLoop.for_local(cfg, server, tokenizer, env_client=client)
-        return await loop.run({"temperature": 0.0}, task_id=task_id, rollout_mode=mode)
-
     for task_id in tqdm(task_ids, desc=f"replay ({mode})", disable=not progress):
-        res = asyncio.run(play(task_id))
+        messages = oracle_messages_for(store.get(task_id), tool_call_parser(cfg, mode))
+        res, _ = asyncio.run(play_oracle(cfg, tokenizer, client, task_id, messages, rollout_mode=mode))
         e = res.extra_fields
-        whole = len(res.prompt_ids) + len(res.response_ids) + int(e.get("truncated_response_tokens") or 0)
+        response = len(res.response_ids) + int(e.get("truncated_response_tokens") or 0)
+        whole = int(e.get("num_prompt_tokens") or 0) + response
         out[task_id] = (bool((e.get("check") or {}).get("valid")), e.get("terminated_reason"), whole)
     return out
+
+
+def tool_call_parser(cfg: Any, mode: str) -> str:
+    """The ``tool_call_parser`` a BFCL episode of ``cfg`` in rollout ``mode`` parses calls with
+    (an explicit key, else the one its ``tool_prompt_mode`` pairs with)."""
+    from env_service.bfcl.episode import EpisodeParams
+    from seal.rollout.settings import episode_params
+
+    return str(EpisodeParams.model_validate(episode_params(cfg, mode, None)).tool_call_parser)
 
 
 class OracleChatPolicy:

@@ -6,6 +6,8 @@
 * :mod:`seal.rollout.few_shot` — the optional tool-use example conversation;
 * :mod:`seal.rollout.settings` — the runner's settings from the config, episode params, env client;
 * :mod:`seal.rollout.prompt_length` — the rendered initial prompt's length, for the task filter.
+* :mod:`seal.rollout.oracle_server` — ``OracleServer``, a server manager that answers with a task's
+  ground truth (budget replays, the config task-budget test, the warm start's transcripts).
 
 Nothing is imported here, so ``import seal.rollout.tokens`` stays light (no verl, no torch).
 """

@@ -1,0 +1,53 @@
+"""OracleServer answers with the given messages in verl's generate contract, and a task's oracle is
+written in the syntax of whichever tool-call parser the episode uses."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from env_service.bfcl.parsers import parse_tool_calls
+from env_service.bfcl.tasks import default_store
+from seal.config import REPO_ROOT
+from seal.rollout.oracle_server import AFTER_THE_LAST, OracleServer, oracle_messages_for
+
+MODEL_DIR = REPO_ROOT / "models" / "SmolLM2-135M-Instruct"
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    if not (MODEL_DIR / "tokenizer.json").is_file():
+        pytest.skip("models/SmolLM2-135M-Instruct is missing; run install.sh")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(MODEL_DIR))
+
+
+def test_answers_in_order_ends_each_message_and_cuts_at_max_tokens(tokenizer) -> None:
+    server = OracleServer(tokenizer, ["first answer", "second"])
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+    async def calls() -> list:
+        return [await server.generate("r", [1, 2], {"max_tokens": 64}),
+                await server.generate("r", [1, 2], {"max_tokens": 1}),
+                await server.generate("r", [1, 2], {})]
+
+    first, second, after = asyncio.run(calls())
+    assert first.token_ids[-1] == end and first.stop_reason == "completed" and first.log_probs is None
+    assert tokenizer.decode(first.token_ids[:-1]) == "first answer"
+    assert len(second.token_ids) == 1 and second.stop_reason == "length"
+    assert [(c.index, c.allowed) for c in server.cut] == [(1, 1)]
+    assert tokenizer.decode(after.token_ids[:-1]) == AFTER_THE_LAST and server.calls == 3
+
+
+@pytest.mark.parametrize("parser", ["xml_json", "toolace_fc", "llama31_official_fc"])
+def test_oracle_messages_parse_back_to_the_ground_truth_calls(parser: str) -> None:
+    """multi_turn_base_0 has turns of 3, 2, 1 and 4 calls, some with positional arguments."""
+    task = default_store().get("multi_turn_base_0")
+    messages = oracle_messages_for(task, parser)
+    calls = [m for m in messages if m != AFTER_THE_LAST]
+    assert len(messages) == len(calls) + len(task.gt_turns)
+    for message, gt in zip(calls, [t for t in task.gt_turns if t]):
+        parsed = parse_tool_calls(message, parser)
+        assert not parsed.errors and [c.name for c in parsed.calls] == [g.split("(", 1)[0] for g in gt]
