@@ -1,7 +1,8 @@
 """Environments as named plug-ins: what the service, the client and the trainer pick by name.
 
 An environment is a package that builds an :class:`Environment` and registers it with
-:func:`register_environment` when it is imported. It brings
+:func:`register_environment` when it is imported (an environment built on :mod:`env_service.kit`
+calls :func:`env_service.kit.register_tool_environment`, which fills every field below). It brings
 
 * ``host_factory``: a ``"module:function"`` path to a zero-argument function returning the
   :class:`~env_service.host.EpisodeHost` of one process (each worker process of the service

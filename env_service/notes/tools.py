@@ -2,20 +2,18 @@
 
 Each public method is a tool. Its signature (type hints, defaults) and docstring (first line: what
 it does; ``Args:`` lines: ``name: description``) are all the prompt shows, turned into JSON tool
-docs by :func:`tool_docs`. A method reports a failure by returning ``{"error": "..."}``, as BFCL's
-backends do, so the recovery-feedback interface recognises it. ``state()`` is the public state the
-checker compares after every turn.
+docs by :func:`env_service.kit.tool_docs`. A method reports a failure by returning
+``{"error": "..."}``, as BFCL's backends do: the kit's default tool-error rule, so the failure counts
+as a tool error and gets the recovery hints. ``state()`` is the public state the checker compares
+after every turn.
 """
 
 from __future__ import annotations
 
 import copy
-import inspect
 import re
-import typing
 from typing import Any
 
-_JSON_TYPES = {str: "string", int: "integer", float: "float", bool: "boolean", list: "array", dict: "dict"}
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _TIME = re.compile(r"^\d{2}:\d{2}$")
 
@@ -251,57 +249,3 @@ class Calendar:
 
 
 TOOL_CLASSES: dict[str, type] = {cls.__name__: cls for cls in (NotesApp, TodoList, Calendar)}
-
-
-def public_methods(cls: type) -> dict[str, Any]:
-    """The tools of a class: its public methods except ``state`` (name -> function)."""
-    return {name: fn for name, fn in inspect.getmembers(cls, inspect.isfunction)
-            if not name.startswith("_") and name != "state"}
-
-
-def _json_type(hint: Any) -> tuple[str, bool]:
-    """``(json type, optional)`` of a parameter annotation (``str | None`` is an optional string)."""
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
-    optional = len(args) < len(typing.get_args(hint))
-    base = typing.get_origin(args[0]) or args[0] if args else typing.get_origin(hint) or hint
-    return _JSON_TYPES.get(base, "string"), optional
-
-
-def _arg_descriptions(doc: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    in_args = False
-    for line in doc.splitlines():
-        text = line.strip()
-        if text == "Args:":
-            in_args = True
-        elif in_args and ":" in text:
-            name, _, desc = text.partition(":")
-            out[name.strip()] = desc.strip()
-    return out
-
-
-def tool_doc(cls: type, name: str) -> dict[str, Any]:
-    """The JSON tool doc of one method (BFCL's shape: name, description, parameters)."""
-    fn = public_methods(cls)[name]
-    doc = inspect.getdoc(fn) or ""
-    descriptions = _arg_descriptions(doc)
-    hints = typing.get_type_hints(fn)
-    properties: dict[str, Any] = {}
-    required: list[str] = []
-    for pname, param in inspect.signature(fn).parameters.items():
-        if pname == "self":
-            continue
-        json_type, _ = _json_type(hints[pname])
-        prop: dict[str, Any] = {"type": json_type, "description": descriptions.get(pname, "")}
-        if param.default is inspect.Parameter.empty:
-            required.append(pname)
-        else:
-            prop["default"] = param.default
-        properties[pname] = prop
-    return {"name": name, "description": f"This tool belongs to the {cls.__name__}. {doc.splitlines()[0]}",
-            "parameters": {"type": "dict", "properties": properties, "required": required}}
-
-
-def tool_docs(class_names: list[str]) -> list[dict[str, Any]]:
-    """The docs of every tool of the named classes, in class order."""
-    return [tool_doc(TOOL_CLASSES[c], name) for c in class_names for name in public_methods(TOOL_CLASSES[c])]
