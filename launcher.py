@@ -209,6 +209,7 @@ def choose_service(cfg, overrides: Sequence[str], with_env: bool) -> None:
 
 def run(args: argparse.Namespace, overrides: list[str]) -> int:
     from seal.config import compose_config, experiment_dir
+    from seal import warm_start
     from seal.trainer.finished import finished_message
 
     cfg = compose_config(args.conf, overrides)
@@ -218,6 +219,7 @@ def run(args: argparse.Namespace, overrides: list[str]) -> int:
         print(done, file=sys.stderr)
         return 0
     choose_service(cfg, overrides, args.with_env)
+    cfg = warm_start.prepare(cfg)
     write_run_files(exp_dir, cfg, overrides, args.conf)
     logger.info("experiment folder: %s", exp_dir)
     if args.with_env and not cfg.env_service.urls:

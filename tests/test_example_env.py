@@ -38,7 +38,7 @@ import torch
 from seal.config import compose_config
 from seal.trainer.local.policy import load_policy
 
-cfg = compose_config("exp/quickstart.yaml")
+cfg = compose_config("exp/quickstart_bfcl.yaml")
 model, tok = load_policy(cfg, torch.device("cpu"))
 ids = tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True)
 print(json.dumps({"attempts": attempts, "backend": str(cfg.trainer.backend), "params": sum(p.numel() for p in model.parameters())}))

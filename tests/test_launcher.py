@@ -29,16 +29,16 @@ def recorded(monkeypatch):
 
 
 def test_overrides_after_dashes_or_bare():
-    args, over = launcher.parse_args(["--conf", "exp/quickstart.yaml", "--", "a.b=1", "c=x"])
-    assert args.conf == "exp/quickstart.yaml" and over == ["a.b=1", "c=x"]
-    _, over = launcher.parse_args(["--conf", "exp/quickstart.yaml", "a.b=1"])
+    args, over = launcher.parse_args(["--conf", "exp/quickstart_bfcl.yaml", "--", "a.b=1", "c=x"])
+    assert args.conf == "exp/quickstart_bfcl.yaml" and over == ["a.b=1", "c=x"]
+    _, over = launcher.parse_args(["--conf", "exp/quickstart_bfcl.yaml", "a.b=1"])
     assert over == ["a.b=1"]
     with pytest.raises(SystemExit):
-        launcher.parse_args(["--conf", "exp/quickstart.yaml", "--", "not_an_override"])
+        launcher.parse_args(["--conf", "exp/quickstart_bfcl.yaml", "--", "not_an_override"])
 
 
 def test_bad_key_fails_with_one_line(in_tmp, capsys, recorded):
-    conf = str(launcher.REPO_ROOT / "exp" / "quickstart.yaml")
+    conf = str(launcher.REPO_ROOT / "exp" / "quickstart_bfcl.yaml")
     assert launcher.main(["--conf", conf, "--", "seal.local.devise=cpu"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "seal.local.devise" in err
@@ -50,7 +50,7 @@ def test_bad_key_fails_with_one_line(in_tmp, capsys, recorded):
 def test_local_run_files_env_and_in_process_service(in_tmp, recorded, monkeypatch):
     monkeypatch.delenv("SEAL_LAUNCHER_TEST", raising=False)
     (in_tmp / ".env").write_text("SEAL_LAUNCHER_TEST=from-dotenv\n")
-    conf = str(launcher.REPO_ROOT / "exp" / "quickstart.yaml")
+    conf = str(launcher.REPO_ROOT / "exp" / "quickstart_bfcl.yaml")
     try:
         assert launcher.main(["--conf", conf, "trainer.experiment_name=demo", "data.seed=7"]) == 0
         assert os.environ["SEAL_LAUNCHER_TEST"] == "from-dotenv"
@@ -69,7 +69,7 @@ def test_local_run_files_env_and_in_process_service(in_tmp, recorded, monkeypatc
 
 def test_verl_backend_missing_is_a_clear_error(in_tmp, monkeypatch):
     monkeypatch.setitem(sys.modules, "seal.trainer.verl", None)  # import fails
-    conf = str(launcher.REPO_ROOT / "exp" / "quickstart.yaml")
+    conf = str(launcher.REPO_ROOT / "exp" / "quickstart_bfcl.yaml")
     with pytest.raises(SystemExit, match="seal.trainer.verl.run_verl"):
         launcher.main(["--conf", conf, "--", "trainer.backend=verl"])
 
@@ -87,7 +87,7 @@ def test_with_bfcl_starts_and_stops_the_service(in_tmp, monkeypatch):
     url = f"http://127.0.0.1:{_free_port()}"
     seen = []
     monkeypatch.setattr(local, "run_local", lambda cfg, *, exp_dir: seen.append(launcher._healthy(cfg.env_service.url)))
-    conf = str(launcher.REPO_ROOT / "exp" / "quickstart.yaml")
+    conf = str(launcher.REPO_ROOT / "exp" / "quickstart_bfcl.yaml")
     assert launcher.main(["--conf", conf, "--with-bfcl", "--", f"env_service.url={url}"]) == 0
     assert seen == [True]  # up while the trainer ran ...
     assert not launcher._healthy(url)  # ... and stopped afterwards

@@ -16,7 +16,7 @@ import pytest
 
 import launcher
 
-CONF = str(launcher.REPO_ROOT / "exp" / "quickstart.yaml")
+CONF = str(launcher.REPO_ROOT / "exp" / "quickstart_bfcl.yaml")
 
 
 @pytest.fixture
@@ -79,15 +79,15 @@ def _finished_local_run(root: Path, name: str, step: int, num_tasks: int) -> Pat
 
 
 def test_rerunning_a_complete_local_run_says_so_and_exits_0(in_tmp, capsys, dispatched):
-    # quickstart: 2 training tasks, batch 1, 1 epoch = 2 steps.
-    _finished_local_run(in_tmp, "quickstart", 2, 2)
-    (in_tmp / "experiments" / "quickstart" / "config.yaml").write_text("kept: true\n")
+    # quickstart_bfcl: 2 training tasks, batch 1, 1 epoch = 2 steps.
+    _finished_local_run(in_tmp, "quickstart_bfcl", 2, 2)
+    (in_tmp / "experiments" / "quickstart_bfcl" / "config.yaml").write_text("kept: true\n")
     assert launcher.main(["--conf", CONF]) == 0
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "experiment quickstart is already complete (2 of 2" in err
+    assert len(err.splitlines()) == 1 and "experiment quickstart_bfcl is already complete (2 of 2" in err
     assert "trainer.experiment_name" in err and "trainer.resume_mode=disable" in err
     assert dispatched == []
-    assert (in_tmp / "experiments" / "quickstart" / "config.yaml").read_text() == "kept: true\n"
+    assert (in_tmp / "experiments" / "quickstart_bfcl" / "config.yaml").read_text() == "kept: true\n"
     # More steps than were run, or resume disabled: the run goes ahead.
     assert launcher.main(["--conf", CONF, "trainer.total_training_steps=3"]) == 0
     assert launcher.main(["--conf", CONF, "trainer.resume_mode=disable"]) == 0
@@ -95,7 +95,7 @@ def test_rerunning_a_complete_local_run_says_so_and_exits_0(in_tmp, capsys, disp
 
 
 def test_half_done_local_run_resumes(in_tmp, dispatched):
-    _finished_local_run(in_tmp, "quickstart", 1, 2)
+    _finished_local_run(in_tmp, "quickstart_bfcl", 1, 2)
     assert launcher.main(["--conf", CONF]) == 0 and len(dispatched) == 1
 
 

@@ -36,7 +36,7 @@ def test_config_picks_the_environment_and_its_params_block(cfg, tmp_path) -> Non
     hooks_params = SealHooks(cfg, tmp_path).env_params(train=False, category="abstain")
     assert hooks_params == {**block, "rollout_mode": "validate"}
     # The BFCL configs keep their block under env_service.bfcl.
-    bfcl = compose_config(str(launcher.REPO_ROOT / "exp" / "quickstart.yaml"))
+    bfcl = compose_config(str(launcher.REPO_ROOT / "exp" / "quickstart_bfcl.yaml"))
     assert environment_name(bfcl) == "bfcl" and env_params_block(bfcl)["tool_prompt_mode"] == "bfcl_qwen_fc"
 
 

@@ -72,6 +72,8 @@ def select_task_ids(
         ids = [i for i in ids if categories[i] in wanted]
     if split == "train" and t.get("from_tags"):
         ids = tasks_with_tags(ids, t.get("from_log"), to_plain(t.from_tags))
+    if split == "train":
+        ids = without_warm_start_tasks(cfg, ids)
     max_tokens = t.max_prompt_tokens or default_max_prompt_tokens
     if max_tokens and prompt_tokens is not None:
         ids = fitting_tasks(ids, prompt_tokens, int(max_tokens), split=split)
@@ -82,6 +84,22 @@ def select_task_ids(
         raise ConfigError(f"seal.tasks: no {split} task left after the filters; relax them or list "
                           f"seal.tasks.{split}_ids")
     return ids
+
+
+def without_warm_start_tasks(cfg: DictConfig, ids: list[str]) -> list[str]:
+    """``ids`` less the warm start's tasks when ``seal.warm_start.exclude_from_rl`` (the default), so
+    that the RL curve is measured on tasks the warm start never imitated."""
+    from seal.warm_start.settings import WarmStartSettings, warm_start_task_ids
+
+    settings = WarmStartSettings.from_config(cfg)
+    if not (settings.enable and settings.exclude_from_rl):
+        return ids
+    warm = set(warm_start_task_ids(cfg))
+    kept = [i for i in ids if i not in warm]
+    if len(kept) < len(ids):
+        logger.info("seal.warm_start.exclude_from_rl: %d warm-start task(s) left out of RL training",
+                    len(ids) - len(kept))
+    return kept
 
 
 def expand_tags(wanted: Sequence[str]) -> set[str]:

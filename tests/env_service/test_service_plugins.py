@@ -82,7 +82,7 @@ def test_the_launcher_passes_seal_plugins_to_the_service_it_starts(monkeypatch, 
     seen = []
     monkeypatch.setattr(local, "run_local", lambda cfg, *, exp_dir: seen.append(_episode_tags(cfg.env_service.url)))
     url = f"http://127.0.0.1:{free_port()}"
-    conf = str(ROOT / "exp" / "quickstart.yaml")
+    conf = str(ROOT / "exp" / "quickstart_bfcl.yaml")
     try:
         assert launcher.main(["--conf", conf, "--with-env", "--", f"env_service.url={url}",
                               "seal.plugins=[example_plugins]"]) == 0

@@ -48,11 +48,11 @@ def test_the_episode_budget_comes_from_the_experiment_config():
     assert (s.budget.episode_budget, s.budget.max_model_len, s.budget.response_length) == ("context", 16384, 4096)
     assert s.budget.context_cap == 12288 and s.max_llm_calls == 20 and s.sampling.max_tokens == 4096
     args = build_parser().parse_args([
-        "eval", "--endpoint", "http://x/v1", "--served-model", "m", "--conf", "exp/quickstart.yaml",
+        "eval", "--endpoint", "http://x/v1", "--served-model", "m", "--conf", "exp/quickstart_bfcl.yaml",
         "--set", "actor_rollout_ref.rollout.max_model_len=6000", "--set", "seal.rollout.episode_budget=response"])
     s = settings_from_args(args)
     assert s.budget.max_model_len == 6000 and s.budget.episode_budget == "response"
-    assert s.max_llm_calls == 3 and s.sampling.max_tokens == 96  # quickstart's max_llm_calls, max_tokens_per_call
+    assert s.max_llm_calls == 8 and s.sampling.max_tokens == 160  # quickstart_bfcl's max_llm_calls, max_tokens_per_call
     bad = build_parser().parse_args(["eval", "--endpoint", "http://x/v1", "--conf", "exp/nope.yaml"])
     with pytest.raises(SystemExit, match="--conf exp/nope.yaml"):
         settings_from_args(bad)

@@ -10,7 +10,7 @@ import pytest
 
 from seal.config import ConfigError, compose_config
 
-QUICK = "exp/quickstart.yaml"
+QUICK = "exp/quickstart_bfcl.yaml"
 
 
 def _error(overrides: list[str], conf: str | Path = QUICK) -> str:
@@ -44,7 +44,7 @@ def test_value_read_through_an_interpolation_is_blamed_on_the_key_the_user_set()
 
 def test_typo_in_a_yaml_file_under_verls_tree(tmp_path: Path):
     bad = tmp_path / "typo.yaml"
-    bad.write_text("defaults:\n  - /quickstart\n  - _self_\ndata:\n  train_bach_size: 4\n")
+    bad.write_text("defaults:\n  - /quickstart_bfcl\n  - _self_\ndata:\n  train_bach_size: 4\n")
     assert "data.train_bach_size: no such config key (did you mean data.train_batch_size?" in _error([], bad)
 
 

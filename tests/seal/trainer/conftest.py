@@ -150,7 +150,7 @@ def trainer_cfg(name: str = "t", extra: list[str] | None = None):
         "trainer.test_freq=2",
         "trainer.save_freq=1",
     ]
-    return compose_config(REPO_ROOT / "exp" / "quickstart.yaml", overrides + list(extra or []))
+    return compose_config(REPO_ROOT / "exp" / "quickstart_bfcl.yaml", overrides + list(extra or []))
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ ARGS = ["--steps", "3", "--resumed-from", "2", "--val-steps", "0,2,3", "--ckpt-s
 
 def _fit(make_trainer, exp, extra):
     trainer, _ = make_trainer(exp, extra=extra)
-    launcher.write_run_files(exp, trainer.cfg, extra, "exp/quickstart.yaml")
+    launcher.write_run_files(exp, trainer.cfg, extra, "exp/quickstart_bfcl.yaml")
     try:
         trainer.fit()
     finally:

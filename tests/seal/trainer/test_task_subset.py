@@ -15,7 +15,7 @@ VAL = ["multi_turn_base_10", "multi_turn_long_context_11"]
 
 
 def _cfg(*extra: str):
-    return compose_config(REPO_ROOT / "exp" / "quickstart.yaml", [
+    return compose_config(REPO_ROOT / "exp" / "quickstart_bfcl.yaml", [
         f"seal.tasks.train_ids=[{','.join(TRAIN)}]", f"seal.tasks.val_ids=[{','.join(VAL)}]",
         "seal.tasks.max_prompt_tokens=null", "seal.tasks.max_train_tasks=null", *extra])
 

@@ -1,0 +1,231 @@
+"""Does the recipe learn? Runs an experiment over several seeds (and variants) and reports learning.
+
+    python scripts/learning_bench.py --conf exp/quickstart.yaml --seeds 0 1 2
+    python scripts/learning_bench.py --conf exp/quickstart.yaml --seeds 0 1 2 --variants seal vanilla
+
+Each (variant, seed) is one ``launcher.py`` run in a subprocess (``data.seed=<seed>``, its own
+``trainer.experiment_name``, ``trainer.resume_mode=disable``). Printed per run and as mean ± std
+over seeds: the training reward of every step, the held-out validation pass rate before the first
+step and after the last, the optimizer updates performed, and wall time. With two variants, the
+difference of the held-out pass rate after training (second minus first... see ``--variants``) is
+reported with a 95 % t-interval over seeds and a paired bootstrap interval over (seed, task).
+
+Variants: ``seal`` (the config as it is) and ``vanilla`` (the switches of
+exp/ablations/vanilla_rl.yaml: ``seal.enable=false`` and the environment's ``observation_lite``
+off; the reward mode stays the recipe's, so only SEAL's parts differ). ``NAME=k=v,k=v`` defines
+another. Writes ``<out>/summary.json``, ``<out>/learning.png`` and each run's log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+
+
+@dataclass
+class RunResult:
+    """What one (variant, seed) run showed."""
+
+    variant: str
+    seed: int
+    rewards: list[float] = field(default_factory=list)
+    updates: int = 0
+    skipped_updates: int = 0
+    val_before: float | None = None
+    val_after: float | None = None
+    val_scores_after: dict[str, float] = field(default_factory=dict)
+    wall_s: float = 0.0
+    returncode: int = 0
+
+
+def vanilla_overrides(env: str) -> list[str]:
+    """The switches of exp/ablations/vanilla_rl.yaml, for the config's environment (its reward
+    mode is left out: the comparison keeps the recipe's reward)."""
+    return ["seal.enable=false", f"env_service.{env}.observation_lite.enable=false"]
+
+
+def variant_overrides(spec: str, env: str) -> tuple[str, list[str]]:
+    if spec == "seal":
+        return "seal", []
+    if spec == "vanilla":
+        return "vanilla", vanilla_overrides(env)
+    name, sep, rest = spec.partition("=")
+    if not sep or not name.isidentifier():
+        raise SystemExit(f"learning_bench: --variants {spec!r}: use seal, vanilla or NAME=key=value,key=value")
+    return name, [kv for kv in rest.split(",") if kv]
+
+
+def read_run(exp_dir: Path, variant: str, seed: int) -> RunResult:
+    """Per-step metrics and the validation logs of a finished run."""
+    res = RunResult(variant, seed)
+    metrics = [json.loads(line) for line in (exp_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    for m in metrics:
+        if "val/pass_rate" in m:
+            if m["step"] == 0:
+                res.val_before = float(m["val/pass_rate"])
+            res.val_after = float(m["val/pass_rate"])
+        if m["step"] >= 1 and "seal/reward_mean" in m:
+            res.rewards.append(float(m["seal/reward_mean"]))
+            done = int(m.get("actor/num_updates", 0)) - int(m.get("actor/skipped_updates", 0))
+            res.updates += done
+            res.skipped_updates += int(m.get("actor/skipped_updates", 0)) + (0 if "actor/num_updates" in m else 1)
+    logs = sorted((exp_dir / "validation_log").glob("*.jsonl"), key=lambda p: int(p.stem))
+    if logs:
+        rows = [json.loads(line) for line in logs[-1].read_text().splitlines() if line.strip()]
+        res.val_scores_after = {r["task_id"]: float(r["score"]) for r in rows}
+    return res
+
+
+def run_one(conf: str, variant: str, extra: list[str], seed: int, out: Path, overrides: list[str]) -> RunResult:
+    name = f"learnbench_{Path(conf).stem}_{variant}_s{seed}"
+    cmd = [sys.executable, str(ROOT / "launcher.py"), "--conf", conf, "--", *overrides, *extra,
+           f"data.seed={seed}", f"trainer.experiment_name={name}", "trainer.resume_mode=disable",
+           "seal.local.progress_bars=false"]
+    log = out / f"{name}.log"
+    print(f"[learning_bench] {variant} seed {seed}: {' '.join(cmd[1:])} (log: {log})", flush=True)
+    t0 = time.time()
+    with log.open("w") as f:
+        rc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT).returncode
+    wall = time.time() - t0
+    if rc != 0:
+        print(f"[learning_bench] {variant} seed {seed} failed (exit {rc}); see {log}", flush=True)
+        return RunResult(variant, seed, wall_s=wall, returncode=rc)
+    res = read_run(ROOT / "experiments" / name, variant, seed)
+    res.wall_s = wall
+    return res
+
+
+def mean_std(xs: list[float]) -> str:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return "n/a"
+    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+    return f"{statistics.mean(xs):.3f} ± {sd:.3f}"
+
+
+def t_interval(diffs: list[float]) -> tuple[float, float, float]:
+    m = statistics.mean(diffs)
+    if len(diffs) < 2:
+        return m, float("nan"), float("nan")
+    half = T_975.get(len(diffs) - 1, 1.96) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+    return m, m - half, m + half
+
+
+def paired_bootstrap(a: list[RunResult], b: list[RunResult], *, resamples: int = 10000) -> tuple[float, float]:
+    """95 % interval of mean(after score of b − a) over (seed, task) pairs, resampled with replacement."""
+    pairs = []
+    for ra, rb in zip(a, b):
+        pairs += [rb.val_scores_after[t] - ra.val_scores_after[t] for t in ra.val_scores_after
+                  if t in rb.val_scores_after]
+    if not pairs:
+        return float("nan"), float("nan")
+    rng = random.Random(0)
+    means = sorted(statistics.fmean(rng.choices(pairs, k=len(pairs))) for _ in range(resamples))
+    return means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]
+
+
+def report(results: dict[str, list[RunResult]]) -> dict:
+    summary: dict = {"variants": {}}
+    for variant, runs in results.items():
+        print(f"\n== {variant}: {len(runs)} seeds")
+        for r in runs:
+            rw = " ".join(f"{x:.2f}" for x in r.rewards)
+            print(f"seed {r.seed}: reward per step [{rw}] | val {r.val_before} -> {r.val_after} | "
+                  f"updates {r.updates} (skipped {r.skipped_updates}) | {r.wall_s / 60:.1f} min")
+        steps = max((len(r.rewards) for r in runs), default=0)
+        per_step = [mean_std([r.rewards[i] for r in runs if i < len(r.rewards)]) for i in range(steps)]
+        print("reward per step (mean ± std over seeds): " + " | ".join(per_step))
+        gains = [r.val_after - r.val_before for r in runs if r.val_after is not None and r.val_before is not None]
+        first_last = [r.rewards[-1] - r.rewards[0] for r in runs if len(r.rewards) > 1]
+        print(f"val before {mean_std([r.val_before for r in runs])}, after {mean_std([r.val_after for r in runs])}, "
+              f"gain {mean_std(gains)}; reward last - first step {mean_std(first_last)}; "
+              f"updates {mean_std([float(r.updates) for r in runs])}; wall {mean_std([r.wall_s / 60 for r in runs])} min")
+        summary["variants"][variant] = [asdict(r) for r in runs]
+    names = list(results)
+    if len(names) == 2:
+        a, b = (sorted(results[n], key=lambda r: r.seed) for n in names)
+        diffs = [rb.val_after - ra.val_after for ra, rb in zip(a, b) if None not in (ra.val_after, rb.val_after)]
+        if diffs:
+            m, lo, hi = t_interval(diffs)
+            blo, bhi = paired_bootstrap(a, b)
+            print(f"\n{names[1]} - {names[0]}, held-out pass rate after training: {m:+.3f} "
+                  f"(95% t-interval over {len(diffs)} seeds [{lo:+.3f}, {hi:+.3f}]; paired bootstrap over "
+                  f"seed x task [{blo:+.3f}, {bhi:+.3f}])")
+            summary["difference"] = {"of": f"{names[1]} - {names[0]}", "mean": m, "t95": [lo, hi],
+                                     "bootstrap95": [blo, bhi], "per_seed": diffs}
+    return summary
+
+
+def plot(results: dict[str, list[RunResult]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    for (variant, runs), color in zip(results.items(), ("tab:blue", "tab:orange", "tab:green", "tab:red")):
+        for r in runs:
+            ax1.plot(range(1, len(r.rewards) + 1), r.rewards, color=color, alpha=0.3)
+            ax2.plot([0, 1], [r.val_before, r.val_after], color=color, alpha=0.3, marker="o")
+        steps = max((len(r.rewards) for r in runs), default=0)
+        mean = [statistics.mean([r.rewards[i] for r in runs if i < len(r.rewards)]) for i in range(steps)]
+        ax1.plot(range(1, steps + 1), mean, color=color, linewidth=2.5, label=f"{variant} (mean of {len(runs)})")
+        ok = [r for r in runs if r.val_after is not None]
+        if ok:
+            ax2.plot([0, 1], [statistics.mean([r.val_before for r in ok]), statistics.mean([r.val_after for r in ok])],
+                     color=color, linewidth=2.5, marker="o", label=variant)
+    ax1.set(xlabel="training step", ylabel="mean training reward", title="training reward")
+    ax2.set(xticks=[0, 1], xticklabels=["before", "after"], ylabel="pass rate", title="held-out validation")
+    ax1.legend()
+    ax2.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    overrides = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--conf", default="exp/quickstart.yaml")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--variants", nargs="+", default=["seal"],
+                    help="seal, vanilla, or NAME=key=value,key=value (with two, their difference is reported)")
+    ap.add_argument("--out", default=".bench/learning", help="logs, summary.json and learning.png")
+    args = ap.parse_args(argv)
+    if not (ROOT / args.conf).is_file() and not Path(args.conf).is_file():
+        print(f"learning_bench: --conf {args.conf}: no such file", file=sys.stderr)
+        return 2
+    sys.path.insert(0, str(ROOT))
+    from seal.config import compose_config
+    from seal.environment import environment_name
+
+    env = environment_name(compose_config(args.conf, overrides))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict[str, list[RunResult]] = {}
+    for spec in args.variants:
+        name, extra = variant_overrides(spec, env)
+        results[name] = [run_one(args.conf, name, extra, seed, out, overrides) for seed in args.seeds]
+    failed = [r for runs in results.values() for r in runs if r.returncode != 0]
+    results = {k: [r for r in v if r.returncode == 0] for k, v in results.items()}
+    summary = report(results)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    plot(results, out / "learning.png")
+    print(f"\nwrote {out / 'summary.json'} and {out / 'learning.png'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

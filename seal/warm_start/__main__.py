@@ -1,0 +1,39 @@
+"""``python -m seal.warm_start --conf exp/X.yaml [-- key=value ...]``: run (or find) the config's
+supervised warm start and print the checkpoint's folder. ``install.sh`` runs it for the CPU
+quickstart, so that the quickstart's 15 minutes are spent on RL."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    overrides = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
+    ap = argparse.ArgumentParser(prog="python -m seal.warm_start", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--conf", required=True, help="experiment config, e.g. exp/quickstart.yaml")
+    ap.add_argument("--log-level", default="info")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from seal.config import ConfigError, compose_config
+    from seal.warm_start import WarmStartSettings, prepare
+
+    try:
+        cfg = compose_config(args.conf, overrides)
+        if not WarmStartSettings.from_config(cfg).enable:
+            print(f"error: {args.conf}: seal.warm_start.enable is false; nothing to do", file=sys.stderr)
+            return 2
+        cfg = prepare(cfg)
+    except (ConfigError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(cfg.actor_rollout_ref.model.path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""``seal.warm_start``: the supervised warm start's settings and the tasks it trains on."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from seal.config import REPO_ROOT, ConfigError
+
+
+@dataclass(frozen=True)
+class WarmStartSettings:
+    """The block ``seal.warm_start`` (see exp/seal_base.yaml for each key's meaning)."""
+
+    enable: bool = False
+    task_ids: tuple[str, ...] | None = None
+    max_tasks: int | None = None
+    exclude_from_rl: bool = True
+    epochs: int = 2
+    lr: float = 5e-5
+    batch_size: int = 1
+    grad_clip: float = 1.0
+    seed: int = 0
+    output: str | None = None
+
+    def __post_init__(self) -> None:
+        for key in ("epochs", "batch_size"):
+            if int(getattr(self, key)) < 1:
+                raise ConfigError(f"seal.warm_start.{key} must be >= 1, got {getattr(self, key)}")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ConfigError(f"seal.warm_start.lr must be a positive number, got {self.lr}")
+        if self.max_tasks is not None and int(self.max_tasks) < 1:
+            raise ConfigError(f"seal.warm_start.max_tasks must be >= 1 or null, got {self.max_tasks}")
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> WarmStartSettings:
+        from seal.config import to_plain
+
+        block = cfg.seal.get("warm_start") if cfg.get("seal") is not None else None
+        data = dict(to_plain(block) or {})
+        if data.get("task_ids") is not None:
+            data["task_ids"] = tuple(str(t) for t in data["task_ids"])
+        return cls(**data)
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """What changes the trained weights besides the data and the base model."""
+        d = asdict(self)
+        return {k: d[k] for k in ("epochs", "lr", "batch_size", "grad_clip", "seed")}
+
+
+def warm_start_task_ids(cfg: Any) -> list[str]:
+    """The warm start's tasks: ``task_ids``, else the first ``max_tasks`` of the environment's train
+    split (all of it when null). Every id must be a training task of the environment."""
+    from seal.environment import environment
+
+    settings = WarmStartSettings.from_config(cfg)
+    env = environment(cfg)
+    train = env.load_split("train")
+    ids = list(settings.task_ids) if settings.task_ids else list(train)
+    if settings.max_tasks:
+        ids = ids[: int(settings.max_tasks)]
+    outside = [t for t in ids if t not in set(train)]
+    if outside:
+        raise ConfigError(f"seal.warm_start.task_ids: {', '.join(outside[:5])} not in {env.name}'s train split; "
+                          "the warm start trains on training tasks only")
+    return ids
+
+
+def check_disjoint(cfg: Any, warm_ids: list[str], val_ids: list[str]) -> None:
+    """Validation must never see a task the warm start trained on."""
+    shared = sorted(set(warm_ids) & set(val_ids))
+    if shared:
+        raise ConfigError(f"seal.warm_start: validation task(s) {', '.join(shared[:5])} are also warm-start tasks; "
+                          "remove them from seal.warm_start.task_ids or seal.tasks.val_ids")
+
+
+def fingerprint(base_model: str, transcripts_digest: str, settings: WarmStartSettings, trainer: str) -> str:
+    """A short id of what determines the warm-started weights: base model folder (its config and
+    weight files' sizes and times), the transcripts' tokens, the hyperparameters and ``trainer``
+    (which trainer, and at what precision: bf16 autocast and fp32 give different weights)."""
+    h = hashlib.sha256()
+    base = Path(base_model)
+    h.update(str(base.resolve() if base.exists() else base_model).encode())
+    if base.is_dir():
+        for f in sorted(base.iterdir()):
+            if f.is_file():
+                st = f.stat()
+                h.update(f"{f.name}:{st.st_size}:{int(st.st_mtime)}".encode())
+    h.update(transcripts_digest.encode())
+    h.update(json.dumps(settings.hyperparameters(), sort_keys=True).encode())
+    h.update(trainer.encode())
+    return h.hexdigest()[:12]
+
+
+def default_output(base_model: str, env_name: str, fp: str) -> Path:
+    """``models/warm_start/<base model folder>-<environment>-<fingerprint>`` under the project."""
+    return REPO_ROOT / "models" / "warm_start" / f"{Path(base_model).name}-{env_name}-{fp}"

@@ -1,0 +1,69 @@
+"""Oracle transcripts: the ground truth of training tasks played through the episode runner.
+
+Each transcript is exactly what the policy would see and write in a perfect episode: the runner
+(:class:`seal.rollout.agent_loop.BfclAgentLoop`, the one training uses) renders the prompt with the
+training interface and the chat template, and an :class:`~seal.rollout.oracle_server.OracleServer`
+answers every LLM call with the task's next ground-truth message (``env_service.oracle``). The
+response tokens keep the runner's mask: 1 on what the model writes, 0 on observations. A transcript
+whose replay does not pass the environment's checker is refused, so the warm start never imitates
+an episode that the verifier would score as a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from seal.config import ConfigError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """One oracle episode. ``response_mask[i]`` is 1 where ``response_ids[i]`` is model-written."""
+
+    task_id: str
+    prompt_ids: tuple[int, ...]
+    response_ids: tuple[int, ...]
+    response_mask: tuple[int, ...]
+    messages: tuple[dict[str, Any], ...]
+
+    @property
+    def trained_tokens(self) -> int:
+        return sum(self.response_mask)
+
+
+def build_transcripts(cfg: Any, tokenizer: Any, env_client: Any, task_ids: Sequence[str], *,
+                      rollout_mode: str = "sample") -> list[Transcript]:
+    """One :class:`Transcript` per task, under ``cfg``'s episode budget and interface.
+
+    Raises :class:`ConfigError` naming the tasks whose ground truth does not pass under the config
+    (its limits cut it short, or the environment disagrees with its own labels)."""
+    from seal.environment import env_params_block, environment
+    from seal.rollout.oracle_server import oracle_messages_for, play_oracle
+
+    store = environment(cfg).task_store()
+    parser = str(env_params_block(cfg).get("tool_call_parser") or "xml_json")
+    out, failed = [], []
+    for task_id in task_ids:
+        messages = oracle_messages_for(store.get(task_id), parser)
+        result, _ = asyncio.run(play_oracle(cfg, tokenizer, env_client, task_id, messages,
+                                            rollout_mode=rollout_mode))
+        fields = result.extra_fields
+        if not (fields.get("check") or {}).get("valid"):
+            failed.append(f"{task_id} ({fields.get('terminated_reason')})")
+            continue
+        out.append(Transcript(task_id, tuple(result.prompt_ids), tuple(result.response_ids),
+                              tuple(int(m) for m in result.response_mask),
+                              tuple(dict(m) for m in fields.get("messages") or ())))
+    if failed:
+        raise ConfigError(f"seal.warm_start: the ground truth of {len(failed)} task(s) does not pass under this "
+                          f"config's limits: {', '.join(failed)}; raise seal.rollout.max_llm_calls or the "
+                          "context budget, or leave these tasks out of seal.warm_start.task_ids")
+    logger.info("warm start: %d oracle transcripts, %d trained tokens", len(out),
+                sum(t.trained_tokens for t in out))
+    return out

@@ -1,0 +1,76 @@
+"""The GPU warm start feeds verl's own SFT trainer: its dataset class reads our export and trains on
+the same tokens as the local fine-tune, and our overrides are keys of its config."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from env_service.client import EnvClient
+from seal.warm_start.settings import WarmStartSettings
+from seal.warm_start.transcripts import build_transcripts
+from seal.warm_start.verl_sft import SFT_MODULE, newest_hf_export, sft_command, sft_overrides, write_sft_parquet
+
+from .conftest import TASKS, notes_cfg
+
+
+@pytest.fixture(scope="module")
+def transcripts(tokenizer):
+    client = EnvClient.in_process(env="notes")
+    try:
+        return build_transcripts(notes_cfg(), tokenizer, client, TASKS)
+    finally:
+        client.close()
+
+
+def test_verls_multiturn_dataset_trains_the_tokens_the_local_fine_tune_trains(tokenizer, transcripts,
+                                                                              tmp_path: Path) -> None:
+    from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
+
+    path = write_sft_parquet(transcripts, tmp_path / "train.parquet")
+    data = MultiTurnSFTDataset(str(path), tokenizer, {"pad_mode": "no_padding", "max_length": 8192,
+                                                      "truncation": "error", "messages_key": "messages"})
+    assert len(data) == len(transcripts)
+    for i, t in enumerate(transcripts):
+        row = data[i]
+        ours = list(t.prompt_ids) + list(t.response_ids)
+        theirs = row["input_ids"].tolist()
+        # The same token sequence (verl's per-message tokenisation ends the last message with the
+        # template's newline, which the runner's generation does not produce)...
+        assert theirs[: len(ours)] == ours and len(theirs) - len(ours) <= 1
+        # ...and verl trains on our trained tokens, plus at most the template's trailing newline
+        # after each assistant message.
+        our_mask = [0] * len(t.prompt_ids) + list(t.response_mask)
+        mask = row["loss_mask"].tolist()
+        assert all(mask[k] for k, m in enumerate(our_mask) if m)
+        extra = [theirs[k] for k, m in enumerate(mask) if m and (k >= len(our_mask) or not our_mask[k])]
+        assert set(tokenizer.decode([x]) for x in extra) <= {"\n"}
+
+
+def test_overrides_are_keys_of_verls_sft_config(tmp_path: Path) -> None:
+    import verl
+    from hydra import compose, initialize_config_dir
+
+    cfg = notes_cfg("trainer.n_gpus_per_node=2")
+    settings = WarmStartSettings(epochs=3, lr=2e-5, batch_size=4, seed=7)
+    overrides = sft_overrides(cfg, settings, data_file=tmp_path / "train.parquet", base_model="m",
+                              work_dir=tmp_path / "ckpt", n_sequences=30, max_length=2048)
+    config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        # Hydra refuses a key its config does not have: every override must be one of verl's keys.
+        composed = compose("sft_trainer_engine", overrides=overrides)
+    assert composed.optim.lr == 2e-5 and composed.trainer.total_epochs == 3 and composed.trainer.seed == 7
+    assert composed.data.train_batch_size == 4 and composed.model.path == "m"
+    assert "hf_model" in composed.checkpoint.save_contents
+    cmd = sft_command(cfg, overrides)
+    assert cmd[cmd.index("-m", 2) + 1] == SFT_MODULE and "--nproc_per_node=2" in cmd
+
+
+def test_the_newest_hugging_face_export_is_taken(tmp_path: Path) -> None:
+    for step in (2, 10):
+        (tmp_path / f"global_step_{step}" / "huggingface").mkdir(parents=True)
+    assert newest_hf_export(tmp_path) == tmp_path / "global_step_10" / "huggingface"
+    with pytest.raises(FileNotFoundError, match="no global_step"):
+        newest_hf_export(tmp_path / "empty")
