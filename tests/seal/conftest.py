@@ -8,7 +8,20 @@ import sys
 import pytest
 
 from seal.advantage.registry import unregister_reweighter
+from seal.config import REPO_ROOT
 from seal.tags import unregister_tag
+
+SMOLLM2_DIR = REPO_ROOT / "models" / "SmolLM2-135M-Instruct"
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """SmolLM2-135M-Instruct's tokenizer (install.sh saves it); the tests using it skip without it."""
+    if not (SMOLLM2_DIR / "tokenizer.json").is_file():
+        pytest.skip("models/SmolLM2-135M-Instruct is not installed (run install.sh)")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(SMOLLM2_DIR))
 
 
 @pytest.fixture

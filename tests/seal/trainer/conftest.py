@@ -19,20 +19,10 @@ from seal.episode import EpisodeResult, Evaluation
 from seal.rewards import RewardConfig, episode_reward
 from seal.types import FailureTag
 
-TOKENIZER_DIR = REPO_ROOT / "models" / "SmolLM2-135M-Instruct"
 FAILURE_TAGS = [FailureTag.STATE_MISMATCH, FailureTag.SPURIOUS_TOOL_CALL, FailureTag.INSTANCE_MISMATCH,
                 FailureTag.RESPONSE_MISMATCH]
 TRAIN_IDS = ["multi_turn_base_1", "multi_turn_base_2", "multi_turn_miss_func_3", "multi_turn_miss_param_4"]
 VAL_IDS = ["multi_turn_base_10", "multi_turn_long_context_11"]
-
-
-@pytest.fixture(scope="session")
-def tokenizer():
-    if not (TOKENIZER_DIR / "tokenizer.json").is_file():
-        pytest.skip("models/SmolLM2-135M-Instruct is not installed (run install.sh)")
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(TOKENIZER_DIR))
 
 
 def tiny_llama(tokenizer: Any, seed: int = 0) -> torch.nn.Module:

@@ -1,4 +1,4 @@
-"""Shared pieces of the warm-start tests: SmolLM2's tokenizer, a tiny model folder, notes configs."""
+"""Shared pieces of the warm-start tests: a tiny model (SmolLM2's vocabulary), its folder, notes configs."""
 
 from __future__ import annotations
 
@@ -10,18 +10,8 @@ import torch
 
 from seal.config import REPO_ROOT, compose_config
 
-TOKENIZER_DIR = REPO_ROOT / "models" / "SmolLM2-135M-Instruct"
 # Two notes training tasks (2 turns, one call each) and one 3-turn one.
 TASKS = ["notes_000", "notes_001", "notes_007"]
-
-
-@pytest.fixture(scope="session")
-def tokenizer() -> Any:
-    if not (TOKENIZER_DIR / "tokenizer.json").is_file():
-        pytest.skip("models/SmolLM2-135M-Instruct is not installed (run install.sh)")
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(TOKENIZER_DIR))
 
 
 def tiny_model(tokenizer: Any, seed: int = 0) -> torch.nn.Module:
