@@ -264,3 +264,65 @@ def test_in_process_client_maps_errors() -> None:
         assert client.step(ep.instance_id, "done").reward == 1.0
         assert client.evaluate(ep.instance_id, sparse=True) == 1.0
         assert client.release(ep.instance_id) and not client.release(ep.instance_id)
+
+
+def _one_pass_cases() -> list[tuple[str, bytes, dict[str, str]]]:
+    """(route, raw body, headers): valid bodies and every kind of bad one, for the two-path comparison."""
+    json_type = {"content-type": "application/json"}
+    deep = b'{"instance_id": "d1", "content": "x", "extra": ' + b"[" * 70 + b"]" * 70 + b"}"
+    step_bodies = [
+        b'{"instance_id": "d1", "content": "hi"}', b'{"content": "\\ud83d\\ude00 \\u00e9 \\n", "instance_id": "d1"}',
+        '{"instance_id": "d1", "content": "é ☃"}'.encode(), b'{"instance_id": "d1", "content": "\\ud800"}',
+        b'{"instance_id": "d1", "instance_id": "d2", "content": "dup"}',
+        b'{"instance_id": "d1", "content": "x", "n": 1}',
+        b'{"instance_id": "d1"}', b'{"instance_id": "d1", "content": 1}', b'{"instance_id": "", "content": "x"}',
+        b'{"instance_id": "' + b"i" * 201 + b'", "content": "x"}', b'{"instance_id": "ghost", "content": "x"}',
+        b'{"instance_id": "d1", "content": "' + b"x" * 1001 + b'"}', b'{"instance_id": "d1", "content": "raise"}',
+        b"{", b"", b"[]", b"null", b'{"instance_id": "d1", "content": "x"} x', b'{"instance_id": "d1", "content": NaN}',
+        '\ufeff{"instance_id": "d1", "content": "bom"}'.encode(),
+        '{"instance_id": "d1", "content": "u16"}'.encode("utf-16"),
+        b'{"instance_id": "d1", "content": "\xff"}', deep,
+    ]
+    cases = [("/v1/step", body, json_type) for body in step_bodies]
+    for headers in ({"content-type": "text/plain"}, {"content-type": "application/json; charset=utf-8"}, {}):
+        cases.append(("/v1/step", b'{"instance_id": "d1", "content": "typed"}', headers))
+    for sparse in (b"true", b"false", b"1", b"0", b"1.0", b"2", b'"true"', b'"yes"', b'"no"', b"null", b"[]"):
+        cases.append(("/v1/evaluate", b'{"instance_id": "d1", "sparse": ' + sparse + b"}", json_type))
+    tail = [("/v1/evaluate", b'{"instance_id": "d1"}'), ("/v1/info", b'{"instance_id": "d1"}'),
+            ("/v1/info", b'{"instance_id": "d1", "x": 1}'), ("/v1/release", b'{"instance_id": 7}'),
+            ("/v1/release", b'{"instance_id": "d2"}'), ("/v1/release", b'{"instance_id": "d2"}'),
+            ("/v1/step", b'{"instance_id": "d2", "content": "x"}')]
+    cases += [(route, body, json_type) for route, body in tail]
+    return cases
+
+
+def test_one_pass_bodies_answer_exactly_as_fastapi_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-step routes validate a JSON body in one pass (env_service.app._ONE_PASS_BODIES); with and
+    without that path, every answer (status, headers that matter, body bytes) is the same."""
+    import env_service.app as app_module
+
+    config = dict(workers=0, host_factory=scripted_host, max_content_chars=1000)
+    one_pass = create_app(ServiceConfig(**config))
+    assert {r.path for r in one_pass.routes if isinstance(r, app_module._NestingLimitedRoute) and r._one_pass_body()} \
+        == {"/v1/step", "/v1/evaluate", "/v1/release", "/v1/info"}
+    monkeypatch.setattr(app_module, "_ONE_PASS_BODIES", ())
+    plain = create_app(ServiceConfig(**config))
+    answers: list[list[tuple[int, str | None, bytes]]] = []
+    for app in (one_pass, plain):
+        with TestClient(app, raise_server_exceptions=False) as http:
+            for instance_id in ("d1", "d2"):
+                assert http.post("/v1/create", json={"task_id": "t", "instance_id": instance_id}).status_code == 200
+            answers.append([(r.status_code, r.headers.get("content-type"), r.content)
+                            for r in (http.post(route, content=body, headers=headers)
+                                      for route, body, headers in _one_pass_cases())])
+            assert http.get("/openapi.json").json()["paths"]
+    for case, got, want in zip(_one_pass_cases(), *answers):
+        assert got == want, case
+    assert sorted({status for status, _, _ in answers[0]}) == [200, 400, 404, 413, 500]
+
+
+def test_episode_routes_are_matched_first_and_the_openapi_document_keeps_its_order() -> None:
+    app = create_app(ServiceConfig(workers=0, host_factory=scripted_host))
+    assert [r.path for r in app.routes[:4]] == ["/v1/step", "/v1/create", "/v1/evaluate", "/v1/release"]
+    paths = list(TestClient(app).get("/openapi.json").json()["paths"])
+    assert paths[:3] == ["/healthz", "/get_env_profile", "/create"] and paths.index("/v1/step") > paths.index("/step")
