@@ -7,13 +7,14 @@ Each (variant, seed) is one ``launcher.py`` run in a subprocess (``data.seed=<se
 ``trainer.experiment_name``, ``trainer.resume_mode=disable``). Printed per run and as mean ± std
 over seeds: the training reward of every step, the held-out validation pass rate before the first
 step and after the last, the optimizer updates performed, and wall time. With two variants, the
-difference of the held-out pass rate after training (second minus first... see ``--variants``) is
+difference of the held-out pass rate after training (the second variant minus the first) is
 reported with a 95 % t-interval over seeds and a paired bootstrap interval over (seed, task).
 
 Variants: ``seal`` (the config as it is) and ``vanilla`` (the switches of
 exp/ablations/vanilla_rl.yaml: ``seal.enable=false`` and the environment's ``observation_lite``
 off; the reward mode stays the recipe's, so only SEAL's parts differ). ``NAME=k=v,k=v`` defines
-another. Writes ``<out>/summary.json``, ``<out>/learning.png`` and each run's log.
+another. Every variant starts where the first one did: with a warm start, the later variants reuse
+the first one's checkpoint and RL tasks (:func:`same_start`). Writes ``<out>/summary.json``, ``<out>/learning.png`` and each run's log.
 """
 
 from __future__ import annotations
@@ -87,8 +88,62 @@ def read_run(exp_dir: Path, variant: str, seed: int) -> RunResult:
     return res
 
 
-def run_one(conf: str, variant: str, extra: list[str], seed: int, out: Path, overrides: list[str]) -> RunResult:
-    name = f"learnbench_{Path(conf).stem}_{variant}_s{seed}"
+def same_start(conf: str, overrides: list[str], first_run: Path) -> list[str]:
+    """Overrides that give a later variant the first variant's starting point when the config has
+    a warm start: its checkpoint (from the first run's resolved config) and its RL tasks, with the
+    warm start itself off. Without them a variant that changes the training interface would
+    fine-tune its own warm start on other transcripts, and the comparison would mix the two."""
+    from omegaconf import OmegaConf
+
+    from seal.config import compose_config
+    from seal.trainer.tasks import select_task_ids
+
+    cfg = compose_config(conf, overrides)
+    if not cfg.seal.warm_start.enable:
+        return []
+    resolved = OmegaConf.load(first_run / "config.yaml")
+    ids = ",".join(select_task_ids(cfg, "train"))
+    return ["seal.warm_start.enable=false", f"actor_rollout_ref.model.path={resolved.actor_rollout_ref.model.path}",
+            f"seal.tasks.train_ids=[{ids}]"]
+
+
+def run_name(conf: str, variant: str, seed: int) -> str:
+    return f"learnbench_{Path(conf).stem}_{variant}_s{seed}"
+
+
+def finished(exp_dir: Path) -> bool:
+    """Whether a run wrote its final validation (the last line of metrics.jsonl has val/*)."""
+    try:
+        lines = [line for line in (exp_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    except OSError:
+        return False
+    return bool(lines) and "val/pass_rate" in json.loads(lines[-1]) and json.loads(lines[-1])["step"] > 0
+
+
+def logged_wall_s(log: Path) -> float:
+    """Seconds between the first and the last timestamped line of a run's log (0 when unknown)."""
+    import datetime as dt
+
+    stamps = []
+    try:
+        for line in log.read_text(errors="replace").splitlines():
+            try:
+                stamps.append(dt.datetime.strptime(line[:19], "%Y-%m-%d %H:%M:%S"))
+            except ValueError:
+                continue
+    except OSError:
+        return 0.0
+    return (stamps[-1] - stamps[0]).total_seconds() if len(stamps) > 1 else 0.0
+
+
+def run_one(conf: str, variant: str, extra: list[str], seed: int, out: Path, overrides: list[str], *,
+            reuse: bool = False) -> RunResult:
+    name = run_name(conf, variant, seed)
+    if reuse and finished(ROOT / "experiments" / name):
+        print(f"[learning_bench] {variant} seed {seed}: reusing experiments/{name}", flush=True)
+        res = read_run(ROOT / "experiments" / name, variant, seed)
+        res.wall_s = logged_wall_s(out / f"{name}.log")
+        return res
     cmd = [sys.executable, str(ROOT / "launcher.py"), "--conf", conf, "--", *overrides, *extra,
            f"data.seed={seed}", f"trainer.experiment_name={name}", "trainer.resume_mode=disable",
            "seal.local.progress_bars=false"]
@@ -203,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", nargs="+", default=["seal"],
                     help="seal, vanilla, or NAME=key=value,key=value (with two, their difference is reported)")
     ap.add_argument("--out", default=".bench/learning", help="logs, summary.json and learning.png")
+    ap.add_argument("--reuse", action="store_true",
+                    help="keep the figures of runs that already finished (their experiments/ folder) instead of rerunning")
     args = ap.parse_args(argv)
     if not (ROOT / args.conf).is_file() and not Path(args.conf).is_file():
         print(f"learning_bench: --conf {args.conf}: no such file", file=sys.stderr)
@@ -215,9 +272,15 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, list[RunResult]] = {}
+    first: str | None = None
     for spec in args.variants:
         name, extra = variant_overrides(spec, env)
-        results[name] = [run_one(args.conf, name, extra, seed, out, overrides) for seed in args.seeds]
+        if first is not None:
+            extra = same_start(args.conf, overrides, ROOT / "experiments" / run_name(args.conf, first, args.seeds[0])) \
+                + extra
+        results[name] = [run_one(args.conf, name, extra, seed, out, overrides, reuse=args.reuse)
+                         for seed in args.seeds]
+        first = first or name
     failed = [r for runs in results.values() for r in runs if r.returncode != 0]
     results = {k: [r for r in v if r.returncode == 0] for k, v in results.items()}
     summary = report(results)

@@ -1,0 +1,66 @@
+"""scripts/learning_bench.py's reading and statistics, on hand-made run folders (the benchmark
+itself trains for about an hour, so it is a script, not a test)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import learning_bench as lb  # noqa: E402
+
+
+def _fake_run(tmp: Path, rewards: list[float], val: tuple[float, float], scores: dict[str, float],
+              skipped_step: int | None = None) -> Path:
+    exp = tmp / "run"
+    (exp / "validation_log").mkdir(parents=True)
+    lines = [{"step": 0, "val/pass_rate": val[0]}]
+    for i, r in enumerate(rewards, start=1):
+        m = {"step": i, "seal/reward_mean": r, "actor/num_updates": 1.0,
+             "actor/skipped_updates": 1.0 if i == skipped_step else 0.0}
+        if i == len(rewards):
+            m["val/pass_rate"] = val[1]
+        lines.append(m)
+    (exp / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in lines))
+    (exp / "validation_log" / "0.jsonl").write_text("")
+    (exp / "validation_log" / f"{len(rewards)}.jsonl").write_text(
+        "".join(json.dumps({"task_id": t, "score": s}) + "\n" for t, s in scores.items()))
+    return exp
+
+
+def test_a_run_is_read_as_the_trainer_wrote_it(tmp_path: Path) -> None:
+    exp = _fake_run(tmp_path, [0.2, 0.3, 0.5], (0.4, 0.5), {"a": 1.0, "b": 0.0}, skipped_step=1)
+    r = lb.read_run(exp, "seal", 3)
+    assert r.rewards == [0.2, 0.3, 0.5] and (r.updates, r.skipped_updates) == (2, 1)
+    assert (r.val_before, r.val_after) == (0.4, 0.5) and r.val_scores_after == {"a": 1.0, "b": 0.0}
+    assert lb.finished(exp)
+
+
+def test_the_difference_and_its_intervals() -> None:
+    m, lo, hi = lb.t_interval([0.1, 0.2, 0.3])
+    assert m == pytest.approx(0.2) and lo < 0.2 < hi and hi - lo == pytest.approx(2 * 4.303 * 0.1 / 3 ** 0.5)
+    a = [lb.RunResult("seal", s, val_scores_after={"x": 0.0, "y": 1.0}) for s in (0, 1)]
+    b = [lb.RunResult("vanilla", s, val_scores_after={"x": 1.0, "y": 1.0}) for s in (0, 1)]
+    lo, hi = lb.paired_bootstrap(a, b, resamples=2000)
+    assert 0.0 <= lo <= 0.5 <= hi <= 1.0
+
+
+def test_variants_name_the_ablation_switches_for_the_configs_environment() -> None:
+    assert lb.variant_overrides("vanilla", "notes") == ("vanilla", ["seal.enable=false",
+                                                                    "env_service.notes.observation_lite.enable=false"])
+    assert lb.variant_overrides("lr=actor_rollout_ref.actor.optim.lr=1e-5", "bfcl") == (
+        "lr", ["actor_rollout_ref.actor.optim.lr=1e-5"])
+    with pytest.raises(SystemExit, match="--variants"):
+        lb.variant_overrides("no spec", "bfcl")
+
+
+def test_a_missing_config_is_one_line() -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "learning_bench.py"), "--conf", "exp/nope.yaml"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip() == "learning_bench: --conf exp/nope.yaml: no such file"
