@@ -44,21 +44,22 @@ def write_sft_parquet(transcripts: Sequence[Transcript], path: Path) -> Path:
 
 
 def sft_overrides(cfg: Any, settings: WarmStartSettings, *, data_file: Path, base_model: str, work_dir: Path,
-                  n_sequences: int, max_length: int) -> list[str]:
+                  max_length: int) -> list[str]:
     """Hydra overrides of verl's ``sft_trainer_engine`` config for this warm start."""
+    # verl splits a batch evenly over its data-parallel ranks: round up to a multiple of the GPUs.
     n_gpus = int(cfg.trainer.n_gpus_per_node) * int(cfg.trainer.nnodes)
-    batch = max(settings.batch_size, n_gpus)
+    batch = n_gpus * max(1, -(-settings.batch_size // n_gpus))
     return [
         f"data.train_files={data_file}",
         "data.val_files=null",
         "data.messages_key=messages",
-        f"data.train_batch_size={min(batch, n_sequences) if n_sequences >= n_gpus else n_gpus}",
+        f"data.train_batch_size={batch}",
         "data.micro_batch_size_per_gpu=1",
         f"data.max_length={max_length}",
         f"data.max_token_len_per_gpu={max(max_length, 8192)}",
         "data.truncation=error",
         f"model.path={base_model}",
-        f"model.use_remove_padding={str(bool(_has_flash_attn())).lower()}",
+        *_attention_overrides(),
         f"optim.lr={settings.lr}",
         "optim.weight_decay=0.0",
         f"optim.clip_grad={settings.grad_clip}",
@@ -74,10 +75,15 @@ def sft_overrides(cfg: Any, settings: WarmStartSettings, *, data_file: Path, bas
     ]
 
 
-def _has_flash_attn() -> bool:
+def _attention_overrides() -> list[str]:
+    """verl's model config asks for flash-attn by default; without the package (an optional part of
+    the GPU install) the fine-tune runs on PyTorch's sdpa with padding kept, as the RL side does
+    (``seal.trainer.verl.main``)."""
     import importlib.util
 
-    return importlib.util.find_spec("flash_attn") is not None
+    if importlib.util.find_spec("flash_attn") is not None:
+        return ["model.use_remove_padding=true"]
+    return ["model.use_remove_padding=false", "+model.override_config.attn_implementation=sdpa"]
 
 
 def sft_command(cfg: Any, overrides: Sequence[str]) -> list[str]:
@@ -102,7 +108,7 @@ def run_verl_sft(cfg: Any, settings: WarmStartSettings, transcripts: Sequence[Tr
     data_file = write_sft_parquet(transcripts, work / "train.parquet")
     longest = max(len(t.prompt_ids) + len(t.response_ids) for t in transcripts)
     overrides = sft_overrides(cfg, settings, data_file=data_file, base_model=base_model, work_dir=work / "ckpt",
-                              n_sequences=len(transcripts), max_length=longest + 64)
+                              max_length=longest + 64)
     cmd = sft_command(cfg, overrides)
     logger.info("warm start with verl's SFT trainer: %s", " ".join(cmd))
     subprocess.run(cmd, check=True)

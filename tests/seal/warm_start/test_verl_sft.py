@@ -54,16 +54,19 @@ def test_overrides_are_keys_of_verls_sft_config(tmp_path: Path) -> None:
     from hydra import compose, initialize_config_dir
 
     cfg = notes_cfg("trainer.n_gpus_per_node=2")
-    settings = WarmStartSettings(epochs=3, lr=2e-5, batch_size=4, seed=7)
+    settings = WarmStartSettings(epochs=3, lr=2e-5, batch_size=3, seed=7)
     overrides = sft_overrides(cfg, settings, data_file=tmp_path / "train.parquet", base_model="m",
-                              work_dir=tmp_path / "ckpt", n_sequences=30, max_length=2048)
+                              work_dir=tmp_path / "ckpt", max_length=2048)
     config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
     with initialize_config_dir(config_dir=config_dir, version_base=None):
         # Hydra refuses a key its config does not have: every override must be one of verl's keys.
         composed = compose("sft_trainer_engine", overrides=overrides)
     assert composed.optim.lr == 2e-5 and composed.trainer.total_epochs == 3 and composed.trainer.seed == 7
+    # 3 sequences a step on 2 GPUs: rounded up to 4, a whole number per rank.
     assert composed.data.train_batch_size == 4 and composed.model.path == "m"
     assert "hf_model" in composed.checkpoint.save_contents
+    # No flash-attn on this machine: sdpa, as the RL side runs without it.
+    assert composed.model.override_config.attn_implementation == "sdpa" and not composed.model.use_remove_padding
     cmd = sft_command(cfg, overrides)
     assert cmd[cmd.index("-m", 2) + 1] == SFT_MODULE and "--nproc_per_node=2" in cmd
 
