@@ -9,20 +9,9 @@ import pytest
 
 from env_service.bfcl.parsers import parse_tool_calls
 from env_service.bfcl.tasks import default_store
-from seal.config import REPO_ROOT
 from seal.rollout.oracle_server import AFTER_THE_LAST, OracleServer, oracle_messages_for
 
-MODEL_DIR = REPO_ROOT / "models" / "SmolLM2-135M-Instruct"
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    if not (MODEL_DIR / "tokenizer.json").is_file():
-        pytest.skip("models/SmolLM2-135M-Instruct is missing; run install.sh")
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(MODEL_DIR))
-
+# `tokenizer`: SmolLM2's, from tests/seal/conftest.py.
 
 def test_answers_in_order_ends_each_message_and_cuts_at_max_tokens(tokenizer) -> None:
     server = OracleServer(tokenizer, ["first answer", "second"])
