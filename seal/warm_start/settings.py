@@ -70,7 +70,7 @@ def warm_start_task_ids(cfg: Any) -> list[str]:
     return ids
 
 
-def check_disjoint(cfg: Any, warm_ids: list[str], val_ids: list[str]) -> None:
+def check_disjoint(warm_ids: list[str], val_ids: list[str]) -> None:
     """Validation must never see a task the warm start trained on."""
     shared = sorted(set(warm_ids) & set(val_ids))
     if shared:

@@ -69,7 +69,7 @@ def prepare(cfg: DictConfig, *, val_ids: list[str] | None = None) -> DictConfig:
         from seal.trainer.tasks import select_task_ids
 
         val_ids = select_task_ids(cfg, "val")
-    check_disjoint(cfg, warm_ids, val_ids)
+    check_disjoint(warm_ids, val_ids)
     base = model_path(cfg)
     tokenizer = _tokenizer(base)
     transcripts = _transcripts(cfg, tokenizer, warm_ids)
