@@ -2,7 +2,8 @@
 
 This module is the only place where the release's tag names are spelled. Everything else imports
 ``FailureTag`` (a ``StrEnum``, so a tag compares equal to its string and serialises as one); the
-tags' definitions, and any research tag, are registered in :mod:`seal.tags`.
+tags' definitions (weight, description, paper label, ...), and any research tag, are registered
+in :mod:`seal.tags`, which imports this module (never the reverse).
 It also holds one small helper, :func:`dataclass_from_mapping`, that the config dataclasses of
 the core use to build themselves from plain (YAML-derived) dicts with a clear error on a typo.
 """
@@ -33,19 +34,6 @@ class FailureTag(StrEnum):
     STATE_MISMATCH = "state_mismatch"
     RESPONSE_MISMATCH = "response_mismatch"
     PASS = "pass"
-
-    @property
-    def description(self) -> str:
-        from seal.tags import get_tag
-
-        return get_tag(self).description
-
-    @property
-    def paper_label(self) -> PaperLabel:
-        """The paper's label for this tag when no episode event refines it."""
-        from seal.tags import get_tag
-
-        return get_tag(self).paper_label
 
 
 # The pseudo-tag the capability state records for an episode that carries no tags at all.
@@ -124,27 +112,3 @@ def dataclass_from_mapping(cls: type[_T], data: Mapping[str, Any] | _T | None, *
         raise ValueError(f"{section}: unknown key(s) {unknown}; known keys: {sorted(known)}")
     return cls(**dict(data))
 
-
-# Views of the release's nine tags, read from their registered definitions in ``seal.tags``
-# (which imports this module, hence computed on first access). Library code reads the registry
-# itself, so that registered research tags are included.
-_RELEASE_TAG_VIEWS = {
-    "TAG_DESCRIPTIONS": lambda d: d.description,
-    "DEFAULT_TAG_WEIGHTS": lambda d: d.weight,
-    "TAG_TO_PAPER_LABEL": lambda d: d.paper_label,
-}
-
-
-def __getattr__(name: str) -> Any:
-    from seal import tags
-
-    release = [tags.get_tag(t) for t in FailureTag]
-    if name in _RELEASE_TAG_VIEWS:
-        return {FailureTag(d.name): _RELEASE_TAG_VIEWS[name](d) for d in release}
-    if name == "EXCLUDED_TAGS":
-        return frozenset(FailureTag(d.name) for d in release if d.excluded)
-    if name == "NON_FAILURE_TAGS":
-        return frozenset(FailureTag(d.name) for d in release if not d.failure and not d.excluded)
-    if name == "GUIDELINE_EXCLUDED_TAGS":
-        return frozenset(str(d.name) for d in release if d.excluded or not d.failure) | {UNKNOWN_TAG}
-    raise AttributeError(f"module 'seal.types' has no attribute {name!r}")

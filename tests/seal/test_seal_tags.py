@@ -80,7 +80,7 @@ def test_release_tags_in_order_with_their_weights_lines_and_labels() -> None:
     assert guideline_excluded_tags() == {"checker_error", "gt_error", "pass", "correct_abstention", UNKNOWN_TAG}
     assert known_tags() == {str(t) for t in FailureTag} | {UNKNOWN_TAG}
     assert get_tag("state_mismatch").paper_label is PaperLabel.STATE_MISMATCH
-    assert T.SPURIOUS_TOOL_CALL.description.startswith("The right move was to abstain")
+    assert get_tag(T.SPURIOUS_TOOL_CALL).description.startswith("The right move was to abstain")
 
 
 def test_registration_errors_name_the_problem() -> None:

@@ -1,16 +1,13 @@
-"""The tag vocabulary is exhaustive and consistent; config helpers reject typos."""
+"""The tag vocabulary is exhaustive and consistent (each release tag registered in ``seal.tags``
+with its weight, description and paper label); config helpers reject typos."""
 
 from dataclasses import dataclass
 
 import pytest
 
+from seal.tags import default_tag_weights, excluded_tags, get_tag, guideline_excluded_tags
 from seal.types import (
-    DEFAULT_TAG_WEIGHTS,
-    EXCLUDED_TAGS,
-    GUIDELINE_EXCLUDED_TAGS,
     PAPER_LABEL_DESCRIPTIONS,
-    TAG_DESCRIPTIONS,
-    TAG_TO_PAPER_LABEL,
     UNKNOWN_TAG,
     FailureTag,
     PaperLabel,
@@ -31,9 +28,10 @@ def test_failure_tags_are_the_release_nine() -> None:
 
 @pytest.mark.parametrize("tag", list(FailureTag))
 def test_every_tag_has_weight_description_and_paper_label(tag: FailureTag) -> None:
-    assert DEFAULT_TAG_WEIGHTS[tag] > 0
-    assert tag.description == TAG_DESCRIPTIONS[tag] and len(tag.description) > 20
-    assert isinstance(tag.paper_label, PaperLabel)
+    definition = get_tag(tag)
+    assert definition.weight > 0 and default_tag_weights()[tag] == definition.weight
+    assert len(definition.description) > 20
+    assert isinstance(definition.paper_label, PaperLabel)
 
 
 def test_paper_vocabulary() -> None:
@@ -42,17 +40,17 @@ def test_paper_vocabulary() -> None:
         "response_mismatch",
     }  # fmt: skip
     assert set(PAPER_LABEL_DESCRIPTIONS) == set(PaperLabel)
-    assert set(TAG_TO_PAPER_LABEL) == set(FailureTag)
 
 
 def test_release_default_weights_and_excluded_sets() -> None:
-    assert DEFAULT_TAG_WEIGHTS[FailureTag.SPURIOUS_TOOL_CALL] == 2.0
-    assert DEFAULT_TAG_WEIGHTS[FailureTag.CORRECT_ABSTENTION] == 1.8
-    assert DEFAULT_TAG_WEIGHTS[FailureTag.EMPTY_TURN_MODEL_RESPONSE] == 1.5
-    assert DEFAULT_TAG_WEIGHTS[FailureTag.RESPONSE_MISMATCH] == 0.9
-    assert DEFAULT_TAG_WEIGHTS[FailureTag.INSTANCE_MISMATCH] == 0.6
-    assert EXCLUDED_TAGS == {"checker_error", "gt_error"}
-    assert GUIDELINE_EXCLUDED_TAGS == {"checker_error", "gt_error", "pass", "correct_abstention", "unknown"}
+    weights = default_tag_weights()
+    assert weights[FailureTag.SPURIOUS_TOOL_CALL] == 2.0
+    assert weights[FailureTag.CORRECT_ABSTENTION] == 1.8
+    assert weights[FailureTag.EMPTY_TURN_MODEL_RESPONSE] == 1.5
+    assert weights[FailureTag.RESPONSE_MISMATCH] == 0.9
+    assert weights[FailureTag.INSTANCE_MISMATCH] == 0.6
+    assert excluded_tags() == {"checker_error", "gt_error"}
+    assert guideline_excluded_tags() == {"checker_error", "gt_error", "pass", "correct_abstention", "unknown"}
 
 
 def test_category_of() -> None:
