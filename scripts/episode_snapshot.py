@@ -96,12 +96,12 @@ def with_apatch_scales(rows: list[dict[str, Any]]) -> None:
     """Each row's A-Patch scale (one episode per row, unit advantages, the release's weights)."""
     import torch
 
-    from seal.advantage.apatch import apatch_reweight, resolve_tag_weights
+    from seal.advantage.apatch import apatch_reweight
     from seal.advantage.weights import APatchConfig
 
     cfg = APatchConfig()
     step = cfg.warmup_steps + 1
-    weights = resolve_tag_weights(cfg, step=step)
+    weights = dict(cfg.tag_weights)  # the static weights (no capability state)
     scaled, _ = apatch_reweight(torch.ones(len(rows), 1), [r["tags"] for r in rows], cfg=cfg, weights=weights,
                                 step=step)
     for row, scale in zip(rows, scaled[:, 0].tolist()):

@@ -169,7 +169,7 @@ def check_interface(block: dict[str, Any], env: Any) -> None:
 def reweighter_blocks(plain: dict[str, Any]) -> tuple[str, ...]:
     """The ``seal.advantage.<name>`` blocks of registered reweighters that exp/seal_base.yaml does
     not hold: each reweighter's own config class checks its block (``seal.config.validate_config``)."""
-    from seal.advantage.registry import REWEIGHTERS, get_reweighter_spec
+    from seal.advantage import REWEIGHTERS, get_reweighter_spec
 
     get_reweighter_spec("apatch")  # the built-in reweighters register on import
     base = (reference_tree().get("seal") or {}).get("advantage") or {}

@@ -3,9 +3,10 @@
 The GRPO group advantages themselves are verl's ``compute_grpo_outcome_advantage``, which both
 trainers call.
 
-The torch-free parts (``APatchConfig``, ``trajectory_scale``, ``update_dynamic_weights``) load
-eagerly; the tensor functions load on first access, so importing the config does not import
-torch (the environment service imports the core without torch).
+The torch-free parts (``APatchConfig``, ``trajectory_scale``, ``update_dynamic_weights``, the
+registry) load eagerly; the tensor functions, and with them the built-in reweighters they
+register, load on first access or lookup, so importing the config does not import torch (the
+environment service imports the core without torch).
 """
 
 from __future__ import annotations
@@ -13,22 +14,18 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from seal.advantage.registry import Reweighter, get_reweighter, get_reweighter_spec, register_reweighter
-from seal.advantage.weights import (
-    APPLY_MODES,
-    APatchConfig,
-    BudgetConfig,
-    DynamicConfig,
-    trajectory_scale,
-    update_dynamic_weights,
-)
+from collections.abc import Callable
+
+from seal.advantage.dynamic import update_dynamic_weights
+from seal.advantage.registry import REWEIGHTERS, TAG_WEIGHTS, Reweighter, register_reweighter
+from seal.advantage.weights import APPLY_MODES, APatchConfig, BudgetConfig, DynamicConfig, trajectory_scale
 
 _LAZY = {
     "apatch_reweight": "seal.advantage.apatch",
     "apply_scales": "seal.advantage.apatch",
     "budget_scales": "seal.advantage.apatch",
     "identity_reweight": "seal.advantage.apatch",
-    "resolve_tag_weights": "seal.advantage.apatch",
+    "prepare_tag_weights": "seal.advantage.apatch",
 }
 
 __all__ = [
@@ -36,6 +33,8 @@ __all__ = [
     "APatchConfig",
     "BudgetConfig",
     "DynamicConfig",
+    "REWEIGHTERS",
+    "TAG_WEIGHTS",
     "Reweighter",
     "get_reweighter",
     "get_reweighter_spec",
@@ -44,6 +43,21 @@ __all__ = [
     "update_dynamic_weights",
     *_LAZY,
 ]
+
+
+def get_reweighter_spec(name: str) -> Reweighter:
+    """The :class:`Reweighter` registered as ``name`` (``apatch`` or ``identity`` out of the box)."""
+    # The built-in reweighters register themselves when their (torch) module is imported.
+    from seal.advantage import apatch  # noqa: F401
+
+    if name not in REWEIGHTERS:
+        raise KeyError(f"unknown reweighter {name!r}; known: {sorted(REWEIGHTERS)}")
+    return REWEIGHTERS[name]
+
+
+def get_reweighter(name: str) -> Callable:
+    """The function of the reweighter registered as ``name``."""
+    return get_reweighter_spec(name).fn
 
 
 def __getattr__(name: str) -> Any:

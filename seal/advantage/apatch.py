@@ -1,4 +1,4 @@
-"""A-Patch: diagnosis-guided reweighting of GRPO advantages (contract 2).
+"""A-Patch: diagnosis-guided reweighting of GRPO advantages (docs/paper_map.md §2).
 
 Each episode's advantage row is multiplied by a scale: the mean weight of its per-turn
 failure tags, clipped to [min_scale, max_scale]. The weights are static base weights, or the
@@ -19,20 +19,11 @@ from typing import Any
 
 import torch
 
-from seal.advantage.registry import register_reweighter
 from seal.advantage.dynamic import step_dynamic_weights
-from seal.advantage.weights import APatchConfig, BudgetConfig, trajectory_scale, update_dynamic_weights
+from seal.advantage.registry import TAG_WEIGHTS, register_reweighter
+from seal.advantage.weights import APatchConfig, BudgetConfig, trajectory_scale
 
-__all__ = [
-    "APatchConfig",
-    "apatch_reweight",
-    "apply_scales",
-    "budget_scales",
-    "identity_reweight",
-    "resolve_tag_weights",
-    "trajectory_scale",
-    "update_dynamic_weights",
-]
+__all__ = ["apatch_reweight", "apply_scales", "budget_scales", "identity_reweight", "prepare_tag_weights"]
 
 Tags = Sequence[Sequence[str] | None]
 
@@ -81,18 +72,22 @@ def budget_scales(
     return out
 
 
-def resolve_tag_weights(cfg: APatchConfig, step: int, state: Any | None = None) -> dict[str, float]:
-    """The weights A-Patch should use at ``step``: one call per training step, after ``observe``.
+def prepare_tag_weights(
+    cfg: APatchConfig, step: int, capability: Any | None = None, saved: Mapping[str, Any] | None = None
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """A-Patch's per-step preparation (its registered ``prepare``): the weights for ``step`` and
+    the state to keep, ``{"tag_weights": <the dynamic weights so far>}``.
 
-    Dynamic and not in warm-up with a capability ``state``: one EMA step from the state's tag
-    statistics, stored back in ``state.dynamic_tag_weights`` (saved and resumed with the state).
-    Otherwise the static ``cfg.tag_weights``. During warm-up no dynamic update happens, as in
-    the release.
+    Dynamic and not in warm-up with a ``capability`` state: one EMA step from its tag statistics,
+    starting from the weights ``saved`` the step before; those new weights are used and kept.
+    Otherwise the static ``cfg.tag_weights``, and the kept weights stay as they were. During
+    warm-up no dynamic update happens, as in the release.
     """
-    if cfg.dynamic.enable and state is not None and step >= cfg.warmup_steps:
-        state.dynamic_tag_weights = step_dynamic_weights(state.dynamic_tag_weights, cfg, state.tag_source())
-        return dict(state.dynamic_tag_weights)
-    return dict(cfg.tag_weights)
+    kept = {str(t): float(w) for t, w in ((saved or {}).get(TAG_WEIGHTS) or {}).items()}
+    if cfg.dynamic.enable and capability is not None and step >= cfg.warmup_steps:
+        kept = step_dynamic_weights(kept, cfg, capability.tag_source())
+        return dict(kept), {TAG_WEIGHTS: kept}
+    return dict(cfg.tag_weights), {TAG_WEIGHTS: kept}
 
 
 def _row_scales(tags: Tags, weights: Mapping[str, float], cfg: APatchConfig) -> tuple[list[float], list[bool]]:
@@ -150,7 +145,7 @@ def _summary_metrics(
     }
 
 
-@register_reweighter("apatch", config=APatchConfig, prepare=resolve_tag_weights)
+@register_reweighter("apatch", config=APatchConfig, prepare=prepare_tag_weights)
 def apatch_reweight(
     advantages: torch.Tensor,
     tags: Tags,
@@ -166,7 +161,7 @@ def apatch_reweight(
         tags: ``B`` per-turn tag lists; ``None`` or empty means "no diagnosis" (scale 1,
             counted in ``missing_tag_count``).
         cfg: A-Patch settings (clip range, apply mode, warm-up, budget, metric prefix).
-        weights: the active tag weights (see :func:`resolve_tag_weights`).
+        weights: the active tag weights (see :func:`prepare_tag_weights`).
         step: the global training step (for warm-up).
 
     Returns:

@@ -1,10 +1,10 @@
 """The closed-loop (EMA) update of the A-Patch tag weights, from tag statistics.
 
-The trainer's hook calls :func:`step_dynamic_weights` once per training step with the capability
-state's tag statistics (``CapabilityState.tag_source()``: the epoch window's, else the run's)
-and the previous weights, and keeps the result in the state so that it is saved and resumed with
-it. :func:`update_dynamic_weights` is the formula itself (contract 2), on plain counts and means.
-Torch-free.
+A-Patch's per-step preparation (:func:`seal.advantage.apatch.prepare_tag_weights`) calls
+:func:`step_dynamic_weights` once per training step with the capability state's tag statistics
+(``CapabilityState.tag_source()``: the epoch window's, else the run's) and the previous weights;
+the result is the state A-Patch hands the trainer to keep, save and resume.
+:func:`update_dynamic_weights` is the formula itself (docs/paper_map.md §2), on plain counts and means. Torch-free.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def update_dynamic_weights(
     min_scale: float,
     max_scale: float,
 ) -> dict[str, float]:
-    """One EMA step of the closed-loop tag weights (contract 2).
+    """One EMA step of the closed-loop tag weights.
 
     With N = the summed counts of the non-excluded tags (``pass`` and ``unknown`` included),
     each tag t in base ∪ counts ∪ previous moves toward

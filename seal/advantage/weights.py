@@ -1,5 +1,5 @@
-"""A-Patch configuration and its torch-free parts: trajectory scales (and, re-exported from
-:mod:`seal.advantage.dynamic`, the dynamic tag-weight update).
+"""A-Patch configuration and its torch-free trajectory scale (the dynamic tag-weight update is
+:mod:`seal.advantage.dynamic`).
 
 This module imports no torch, so the environment service, which imports the core, stays
 torch-free. The tensor parts of A-Patch live in :mod:`seal.advantage.apatch`.
@@ -12,12 +12,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from seal.advantage.dynamic import update_dynamic_weights
 from seal.tags import default_tag_weights, excluded_tags, known_tags
 from seal.types import dataclass_from_mapping
 
-__all__ = ["APPLY_MODES", "APatchConfig", "BudgetConfig", "DynamicConfig", "trajectory_scale",
-           "update_dynamic_weights"]
+__all__ = ["APPLY_MODES", "APatchConfig", "BudgetConfig", "DynamicConfig", "trajectory_scale"]
 
 APPLY_MODES = ("all", "positive_advantage", "negative_advantage")
 

@@ -1,4 +1,4 @@
-"""Diagnosis: the capability state, its statistics, and the paper's failure labels.
+"""Diagnosis: the capability state and its statistics.
 
 ``tag_turn`` (the per-turn tagging rule the checker calls) lives in
 :mod:`seal.diagnosis.tagging` and is re-exported lazily, so importing this package never
@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from seal.diagnosis.labels import TurnEvents, labels_from_result, paper_label, paper_labels
 from seal.diagnosis.state import (
     STATE_VERSION,
     CapabilityState,
@@ -28,12 +27,8 @@ __all__ = [
     "CapabilityStats",
     "DiagnosisConfig",
     "DiagnosisStats",
-    "TurnEvents",
     "dominant_tag",
     "extract_error_messages",
-    "labels_from_result",
-    "paper_label",
-    "paper_labels",
     "tag_turn",
     "turn_position",
 ]

@@ -2,10 +2,10 @@
 
 One :meth:`CapabilityState.observe` per *training* episode (never for validation) adds the
 episode's reward and per-turn tags to buckets kept twice: ``window`` (since the last epoch
-boundary) and ``total`` (since the start of the run). The state also keeps per-task records
-and the closed-loop A-Patch tag weights (computed by :mod:`seal.advantage.dynamic` from
-:meth:`CapabilityState.tag_source`, stored here so they are saved and resumed with the run), and
-persists to versioned JSON atomically.
+boundary) and ``total`` (since the start of the run). The state also keeps per-task records,
+and persists to versioned JSON atomically. It holds only the diagnosis: a reweighter that adapts
+to it (A-Patch's dynamic tag weights, from :meth:`CapabilityState.tag_source`) keeps its own
+state, which the trainer saves beside this one (:mod:`seal.advantage.registry`).
 
 The trainer saves *before* :meth:`reset_window` at an epoch end, so the saved window holds the
 epoch that ended; :meth:`load` raises on a missing, corrupt or foreign-version file rather than
@@ -96,13 +96,12 @@ def _bump(bucket: dict[str, CapabilityStats], key: str, reward: float, success: 
 
 
 class CapabilityState:
-    """Window and total diagnosis counters, per-task records and dynamic tag weights."""
+    """Window and total diagnosis counters and per-task records."""
 
     def __init__(self) -> None:
         self.window = _empty_buckets()
         self.total = _empty_buckets()
         self.tasks: dict[str, dict[str, Any]] = {}
-        self.dynamic_tag_weights: dict[str, float] = {}
         self.last_epoch: int | None = None
         self.last_step: int | None = None
         self.observe_count = 0
@@ -172,13 +171,12 @@ class CapabilityState:
         return {}
 
     def snapshot(self, window: bool) -> dict[str, Any]:
-        """A readable view: the window (or total) buckets with derived rates, tasks and weights."""
+        """A readable view: the window (or total) buckets with derived rates, and the tasks."""
         buckets = self.window if window else self.total
         return {
             "scope": "window" if window else "total",
             **{b: {k: s.summary() for k, s in buckets[b].items()} for b in BUCKETS},
             "tasks": {k: dict(v, tag_counts=dict(v["tag_counts"])) for k, v in self.tasks.items()},
-            "dynamic_tag_weights": dict(self.dynamic_tag_weights),
             "observe_count": self.observe_count,
             "last_epoch": self.last_epoch,
             "last_step": self.last_step,
@@ -191,13 +189,13 @@ class CapabilityState:
             for b in BUCKETS:
                 out[f"{scope}_{b}"] = {k: asdict(s) for k, s in buckets[b].items()}
         out["tasks"] = {k: dict(v, tag_counts=dict(v["tag_counts"])) for k, v in self.tasks.items()}
-        out["dynamic_tag_weights"] = dict(self.dynamic_tag_weights)
         out.update(last_epoch=self.last_epoch, last_step=self.last_step, observe_count=self.observe_count)
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CapabilityState:
-        """Inverse of :meth:`to_dict`; raises :class:`CapabilityStateError` on another version or shape."""
+        """Inverse of :meth:`to_dict`; raises :class:`CapabilityStateError` on another version or shape.
+        Other keys are ignored (a state saved before A-Patch kept its weights apart carries them)."""
         if not isinstance(data, Mapping):
             raise CapabilityStateError(f"capability state must be a JSON object, got {type(data).__name__}")
         if data.get("version") != STATE_VERSION:
@@ -211,7 +209,6 @@ class CapabilityState:
                 for b in BUCKETS:
                     buckets[b] = {k: CapabilityStats(**v) for k, v in data[f"{scope}_{b}"].items()}
             state.tasks = {k: dict(v, tag_counts=dict(v["tag_counts"])) for k, v in data["tasks"].items()}
-            state.dynamic_tag_weights = {k: float(v) for k, v in data["dynamic_tag_weights"].items()}
             state.last_epoch, state.last_step = data["last_epoch"], data["last_step"]
             state.observe_count = int(data["observe_count"])
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

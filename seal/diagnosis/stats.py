@@ -81,10 +81,11 @@ class DiagnosisStats:
         self.state = state
         self.cfg = cfg or DiagnosisConfig()
 
-    def metrics(self) -> dict[str, float]:
+    def metrics(self, tag_weights: Mapping[str, float] | None = None) -> dict[str, float]:
         """Per-step scalars: ``<prefix>/window/<category>/{count, success_rate, reward_mean,
         partial_count}``, ``<prefix>/state/{observe_count, num_tasks, num_tags,
-        num_category_tags}`` and ``<prefix>/dynamic_tag_weight/<tag>``."""
+        num_category_tags}`` and, for the reweighter's adaptive ``tag_weights`` (A-Patch's
+        dynamic weights), ``<prefix>/dynamic_tag_weight/<tag>``."""
         p, s = self.cfg.metric_prefix, self.state
         out: dict[str, float] = {}
         for cat, st in sorted(s.window["categories"].items()):
@@ -96,14 +97,15 @@ class DiagnosisStats:
         out[f"{p}/state/num_tasks"] = float(len(s.tasks))
         out[f"{p}/state/num_tags"] = float(len(s.total["tags"]))
         out[f"{p}/state/num_category_tags"] = float(len(s.total["category_tags"]))
-        for tag, w in sorted(s.dynamic_tag_weights.items()):
+        for tag, w in sorted((tag_weights or {}).items()):
             out[f"{p}/dynamic_tag_weight/{tag}"] = float(w)
         return out
 
-    def epoch_dump(self, epoch: int, step: int, error_counter: Counter | Mapping[str, int]) -> dict[str, Any]:
+    def epoch_dump(self, epoch: int, step: int, error_counter: Counter | Mapping[str, int],
+                   tag_weights: Mapping[str, float] | None = None) -> dict[str, Any]:
         """The epoch-end record (``diagnostic_stats/epoch_<e>.json``); call it *before*
-        ``reset_window``. Window buckets, all tasks (cumulative), the dynamic weights and the
-        ``cfg.top_errors`` most frequent error messages."""
+        ``reset_window``. Window buckets, all tasks (cumulative), the reweighter's adaptive tag
+        weights (``dynamic_tag_weights``) and the ``cfg.top_errors`` most frequent error messages."""
         snap = self.state.snapshot(window=True)
         top = Counter(error_counter).most_common(self.cfg.top_errors)
         return {
@@ -111,7 +113,7 @@ class DiagnosisStats:
             "global_step": int(step),
             **{b: snap[b] for b in BUCKETS},
             "tasks": snap["tasks"],
-            "dynamic_tag_weights": snap["dynamic_tag_weights"],
+            "dynamic_tag_weights": dict(tag_weights or {}),
             "observe_count": snap["observe_count"],
             "top_errors": [{"message": m, "count": n} for m, n in top],
         }

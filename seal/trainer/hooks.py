@@ -9,11 +9,13 @@ A trainer (either backend) calls, per step:
 2. :meth:`SealHooks.observe` — the step's *training* episodes feed the capability state;
 3. :meth:`SealHooks.reweight` — the configured reweighter (``seal.advantage.reweighter``, built
    from its own ``seal.advantage.<name>`` block) on the GRPO advantages: its per-step
-   preparation from the capability state (A-Patch: the dynamic tag-weight update), then its function;
+   preparation from the capability state and the state it kept the step before (A-Patch: the
+   dynamic tag-weight update), then its function;
 4. :meth:`SealHooks.after_step` (:meth:`SealHooks.end_epoch` at an epoch boundary), then
    :meth:`SealHooks.step_metrics`.
 
-Checkpoints carry :meth:`state_dict` (or :meth:`save` / :meth:`load` on a folder). A fresh
+Checkpoints carry :meth:`state_dict` (or :meth:`save` / :meth:`load` on a folder): the
+capability state, the epoch's error counter and the reweighter's own state. A fresh
 run starts with an empty state; only an explicit resume loads one, so a state left in the
 experiment folder by an unrelated earlier run is never picked up silently.
 """
@@ -30,7 +32,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from seal.advantage import APatchConfig, get_reweighter_spec
+from seal.advantage import REWEIGHTERS, TAG_WEIGHTS, get_reweighter_spec
 from seal.config import ConfigError, to_plain
 from seal.diagnosis.state import CapabilityState
 from seal.plugins import load_plugins
@@ -44,7 +46,7 @@ logger = logging.getLogger(__name__)
 
 STATE_FILE = "capability_state.json"
 HOOKS_FILE = "seal_hooks.json"
-HOOKS_VERSION = 1
+HOOKS_VERSION = 2
 ROLLOUT_MODES = {True: "sample", False: "validate"}
 
 
@@ -60,10 +62,10 @@ def _guideline_config(evo: Mapping[str, Any]) -> GuidelineConfig:
 
 
 class SealHooks:
-    """Capability state, guideline selection, A-Patch and diagnosis stats for one run.
+    """Capability state, guideline selection, the reweighter and diagnosis stats for one run.
 
-    ``seal.enable=false`` makes every hook a no-op: no state, identity advantages, no
-    guidelines (the environment parameters are still returned).
+    ``seal.enable=false`` makes every hook a no-op: no state, identity advantages (the
+    ``identity`` reweighter), no guidelines (the environment parameters are still returned).
     """
 
     def __init__(self, cfg: DictConfig, exp_dir: Path) -> None:
@@ -75,21 +77,22 @@ class SealHooks:
         self.env_block: dict[str, Any] = env_params_block(cfg)
         try:
             load_plugins(to_plain(seal.get("plugins")) or [])
-            self.apatch_cfg = APatchConfig.from_dict(to_plain(seal.advantage.apatch))
             self.diag_cfg = DiagnosisConfig(save_every_n_steps=int(seal.diagnosis.save_every_n_steps))
             self.guide_cfg = _guideline_config(self.env_block.get("diagnostic_evolution") or {})
-            self.reweighter_name = str(seal.advantage.reweighter)
-            self.reweighter = get_reweighter_spec(self.reweighter_name)
-            self.reweighter_cfg = (self.apatch_cfg if self.reweighter_name == "apatch" else
-                                   self.reweighter.build_config(to_plain(seal.advantage.get(self.reweighter_name))))
+            selected = get_reweighter_spec(str(seal.advantage.reweighter))
+            # Every reweighter block in the config is checked, not only the selected one's.
+            settings = {name: REWEIGHTERS[name].build_config(to_plain(seal.advantage.get(name)))
+                        for name in dict.fromkeys([*seal.advantage, selected.name]) if name in REWEIGHTERS}
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"seal: {exc}") from exc
+        self.reweighter = selected if self.enabled else get_reweighter_spec("identity")
+        self.reweighter_cfg = settings[selected.name] if self.enabled else None
+        self.reweighter_state: dict[str, Any] = {}  # what the reweighter's prepare kept last step
         self.state_dir = Path(seal.diagnosis.state_dir or self.exp_dir / "diagnostic_state")
         self.stats_dir = Path(seal.diagnosis.stats_dir or self.exp_dir / "diagnostic_stats")
         self.state: CapabilityState | None = CapabilityState() if self.enabled else None
         self.stats = DiagnosisStats(self.state, self.diag_cfg) if self.state is not None else None
         self.error_counter: Counter[str] = Counter()
-        self._last: dict[str, float] = {}
 
     # ------------------------------------------------------------------ per episode
 
@@ -139,8 +142,8 @@ class SealHooks:
     def reweight(
         self, advantages: torch.Tensor, tags: list[list[str] | None], *, step: int
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        """Apply the configured reweighter: its ``prepare`` on the capability state (A-Patch: the
-        dynamic tag-weight update, stored in the state), then its function.
+        """Apply the configured reweighter: its ``prepare`` on the capability state and on the
+        state it kept the step before (A-Patch: the dynamic tag-weight update), then its function.
 
         Args:
             advantages: ``(B, T)`` GRPO advantages, masked to assistant tokens.
@@ -150,17 +153,15 @@ class SealHooks:
         Returns:
             ``(B, T)`` reweighted advantages (a new tensor) and ``seal/...`` metrics.
         """
-        if not self.enabled:
-            return advantages.clone(), {"seal/apatch/enabled": 0.0}
-        weights = self.reweighter.weights(self.reweighter_cfg, step, self.state)
-        out, metrics = self.reweighter.fn(advantages, tags, cfg=self.reweighter_cfg, weights=weights, step=step)
-        return out, metrics
+        weights, self.reweighter_state = self.reweighter.prepare_step(
+            self.reweighter_cfg, step, self.state, self.reweighter_state)
+        return self.reweighter.fn(advantages, tags, cfg=self.reweighter_cfg, weights=weights, step=step)
 
     def step_metrics(self) -> dict[str, float]:
         """Capability-state scalars for the step (``seal/diagnosis/...``)."""
         if self.stats is None:
             return {}
-        out = self.stats.metrics()
+        out = self.stats.metrics(self.reweighter_state.get(TAG_WEIGHTS))
         if self.guidelines_enabled(train=True):
             out["seal/guidelines/num_lines"] = float(len(self.guideline_lines(train=True) or []))
         return out
@@ -180,7 +181,7 @@ class SealHooks:
         if self.state is None or self.stats is None:
             return
         self.stats_dir.mkdir(parents=True, exist_ok=True)
-        dump = self.stats.epoch_dump(epoch, step, self.error_counter)
+        dump = self.stats.epoch_dump(epoch, step, self.error_counter, self.reweighter_state.get(TAG_WEIGHTS))
         path = self.stats_dir / f"epoch_{int(epoch)}.json"
         path.write_text(json.dumps(dump, indent=2, sort_keys=True), encoding="utf-8")
         self.save_state()
@@ -196,12 +197,11 @@ class SealHooks:
     # ------------------------------------------------------------------ checkpoints
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "version": HOOKS_VERSION,
-            "enabled": self.enabled,
-            "capability_state": self.state.to_dict() if self.state is not None else None,
-            "error_counter": dict(self.error_counter),
-        }
+        return {**self._meta(), "capability_state": self.state.to_dict() if self.state is not None else None}
+
+    def _meta(self) -> dict[str, Any]:
+        return {"version": HOOKS_VERSION, "enabled": self.enabled, "error_counter": dict(self.error_counter),
+                "reweighter": self.reweighter.name, "reweighter_state": self.reweighter_state}
 
     def load_state_dict(self, data: Mapping[str, Any]) -> None:
         if data.get("version") != HOOKS_VERSION:
@@ -213,20 +213,33 @@ class SealHooks:
         self.state = CapabilityState.from_dict(saved) if self.enabled else None
         self.stats = DiagnosisStats(self.state, self.diag_cfg) if self.state is not None else None
         self.error_counter = Counter(data.get("error_counter") or {})
+        self.reweighter_state = dict(data["reweighter_state"]) if data["reweighter"] == self.reweighter.name else {}
+        if data["reweighter"] != self.reweighter.name and data["reweighter_state"]:
+            logger.warning("the checkpoint's reweighter state is %r's; %r starts without one",
+                           data["reweighter"], self.reweighter.name)
 
     def save(self, directory: Path) -> None:
         """Write the state into ``directory`` (a checkpoint folder): the capability state file
-        (byte-identical to what :meth:`load` restores) plus the epoch's error counter."""
+        (byte-identical to what :meth:`load` restores) plus ``seal_hooks.json`` (the epoch's error
+        counter and the reweighter's state)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         if self.state is not None:
             self.state.save(directory / STATE_FILE)
-        meta = {"version": HOOKS_VERSION, "enabled": self.enabled, "error_counter": dict(self.error_counter)}
-        (directory / HOOKS_FILE).write_text(json.dumps(meta, sort_keys=True), encoding="utf-8")
+        (directory / HOOKS_FILE).write_text(json.dumps(self._meta(), sort_keys=True), encoding="utf-8")
 
     def load(self, directory: Path) -> None:
         """Restore what :meth:`save` wrote; missing or corrupt files raise (never a silent fresh start)."""
         directory = Path(directory)
         meta = json.loads((directory / HOOKS_FILE).read_text(encoding="utf-8"))
+        if meta.get("version") == 1:
+            meta = _meta_from_version_1(meta, directory / STATE_FILE)
         state = CapabilityState.load(directory / STATE_FILE).to_dict() if self.enabled else None
         self.load_state_dict({**meta, "capability_state": state})
+
+
+def _meta_from_version_1(meta: Mapping[str, Any], state_file: Path) -> dict[str, Any]:
+    """A version-1 checkpoint kept A-Patch's dynamic tag weights inside the capability state file."""
+    state = json.loads(state_file.read_text(encoding="utf-8")) if state_file.is_file() else {}
+    return {**meta, "version": HOOKS_VERSION, "reweighter": "apatch",
+            "reweighter_state": {TAG_WEIGHTS: state.get("dynamic_tag_weights") or {}}}

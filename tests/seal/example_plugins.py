@@ -37,15 +37,23 @@ class FailureBoostConfig:
 
     factor: float = 2.0
     tag: str = "missed_tool"
+    ramp_steps: int = 0  # reach ``factor`` over this many boosted steps (0: at once)
 
     def __post_init__(self) -> None:
         if self.factor < 0:
             raise ValueError(f"seal.advantage.failure_boost.factor must be >= 0, got {self.factor}")
 
 
-@register_reweighter("failure_boost", config=FailureBoostConfig)
+def ramp_boost(cfg: FailureBoostConfig, step: int, capability, saved):
+    """This step's factor for ``cfg.tag``, and the state to keep: the steps boosted so far."""
+    runs = saved.get("runs", 0) + 1
+    share = min(1.0, runs / cfg.ramp_steps) if cfg.ramp_steps else 1.0
+    return {cfg.tag: 1.0 + share * (cfg.factor - 1.0)}, {"runs": runs}
+
+
+@register_reweighter("failure_boost", config=FailureBoostConfig, prepare=ramp_boost)
 def failure_boost(advantages: torch.Tensor, tags, *, cfg: FailureBoostConfig, weights, step: int):
-    """Multiply the negative advantages of episodes that carry ``cfg.tag`` by ``cfg.factor``."""
+    """Multiply the negative advantages of episodes that carry ``cfg.tag`` by this step's factor."""
     rows = torch.tensor([bool(t) and cfg.tag in t for t in tags]).unsqueeze(-1)
-    out = torch.where(rows & (advantages < 0), advantages * cfg.factor, advantages)
+    out = torch.where(rows & (advantages < 0), advantages * weights[cfg.tag], advantages)
     return out, {"seal/failure_boost/boosted_rows": float(rows.sum())}

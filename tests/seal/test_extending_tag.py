@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from env_service.bfcl.checker import check_episode
 from env_service.bfcl.tasks import TaskStore
-from seal.advantage import APatchConfig, apatch_reweight, resolve_tag_weights
+from seal.advantage import APatchConfig, apatch_reweight, prepare_tag_weights
 from seal.config import REPO_ROOT, ConfigError, compose_config, validate_config
 from seal.diagnosis import CapabilityState, DiagnosisStats
 from seal.interface.guidelines import GuidelineConfig, select_guidelines
@@ -41,9 +41,10 @@ def test_a_plugin_tag_fires_and_flows_into_counts_weights_and_guidelines(plugins
     assert state.window["tags"]["missed_tool"].count == 8
     cfg = APatchConfig()
     assert cfg.tag_weights["missed_tool"] == 1.7  # the tag's default weight
-    weights = resolve_tag_weights(cfg, 1, state)  # dynamic update: prevalent and unsolved -> up
+    weights, kept = prepare_tag_weights(cfg, 1, state, {})  # dynamic update: prevalent and unsolved -> up
     assert weights["missed_tool"] > 1.7
-    assert DiagnosisStats(state).metrics()["seal/diagnosis/dynamic_tag_weight/missed_tool"] == weights["missed_tool"]
+    metrics = DiagnosisStats(state).metrics(kept["tag_weights"])
+    assert metrics["seal/diagnosis/dynamic_tag_weight/missed_tool"] == weights["missed_tool"]
     out, metrics = apatch_reweight(torch.ones(1, 2), [check.tags[:1]], cfg=cfg, weights=weights, step=1)
     assert out[0, 0].item() == pytest.approx(min(2.0, weights["missed_tool"]))
     assert metrics["seal/apatch/tag_frac/missed_tool"] == 1.0

@@ -1,4 +1,4 @@
-"""A-Patch (contract 2): scales, dynamic weights, apply modes, budget, metrics, registry."""
+"""A-Patch (docs/paper_map.md §2): scales, dynamic weights, apply modes, budget, metrics, registry."""
 
 import math
 
@@ -13,16 +13,18 @@ from seal.advantage import (
     apply_scales,
     budget_scales,
     get_reweighter,
+    prepare_tag_weights,
     register_reweighter,
-    resolve_tag_weights,
     trajectory_scale,
     update_dynamic_weights,
 )
 from apatch_reference import apatch_reweight_reference
 from seal.diagnosis import CapabilityState
-from seal.types import DEFAULT_TAG_WEIGHTS, EXCLUDED_TAGS, UNKNOWN_TAG, FailureTag
+from seal.tags import default_tag_weights, excluded_tags
+from seal.types import UNKNOWN_TAG, FailureTag
 
 T = FailureTag
+DEFAULT_TAG_WEIGHTS, EXCLUDED_TAGS = default_tag_weights(), excluded_tags()  # the release's (no plug-in yet)
 ALL_TAGS = [str(t) for t in FailureTag] + [UNKNOWN_TAG]
 tag_lists = st.lists(st.sampled_from(ALL_TAGS), min_size=0, max_size=6)
 weights_st = st.dictionaries(st.sampled_from(ALL_TAGS), st.floats(0.0, 5.0), min_size=0, max_size=len(ALL_TAGS))
@@ -254,17 +256,19 @@ def test_budget_metrics_before_after() -> None:
     assert m["seal/apatch/mean_scale"] == m["seal/apatch/budget_mean_after"]
 
 
-def test_resolve_tag_weights_uses_state_only_when_dynamic_and_past_warmup() -> None:
+def test_prepare_uses_state_only_when_dynamic_and_past_warmup() -> None:
     state = CapabilityState()
     for _ in range(40):
         state.observe("multi_turn_base", "multi_turn_base_1", 0.0, False, [T.STATE_MISMATCH], epoch=0, step=0)
     cfg = APatchConfig(warmup_steps=2)
-    assert resolve_tag_weights(cfg, 1, state) == cfg.tag_weights and state.dynamic_tag_weights == {}
-    w = resolve_tag_weights(cfg, 2, state)
+    assert prepare_tag_weights(cfg, 1, state, {}) == (cfg.tag_weights, {"tag_weights": {}})
+    w, kept = prepare_tag_weights(cfg, 2, state, {})
     assert w["state_mismatch"] == pytest.approx(0.75 + 0.25 * 2.0)  # n/N = 1, r̄ = 0 -> target clipped at 2
-    assert state.dynamic_tag_weights == w
+    assert kept == {"tag_weights": w}
+    w2, kept2 = prepare_tag_weights(cfg, 3, state, kept)  # the next EMA step starts from the kept weights
+    assert w2["state_mismatch"] == pytest.approx(0.75 * w["state_mismatch"] + 0.25 * 2.0) and kept2 == {"tag_weights": w2}
     static = APatchConfig(dynamic={"enable": False})
-    assert resolve_tag_weights(static, 10, state) == static.tag_weights
+    assert prepare_tag_weights(static, 10, state, kept) == (static.tag_weights, kept)
 
 
 # ---- config and registry ---------------------------------------------------------------------

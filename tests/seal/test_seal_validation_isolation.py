@@ -15,9 +15,7 @@ import pytest
 
 from env_service.bfcl.episode import BfclEpisode
 from env_service.bfcl.tasks import default_store
-from seal.diagnosis import labels_from_result
 from seal.interface import GUIDELINES_HEADER, OBSERVATION_INSTRUCTION
-from seal.types import PaperLabel
 
 TASKS = ["multi_turn_base_0", "multi_turn_miss_func_0", "multi_turn_miss_param_1", "multi_turn_long_context_2"]
 GUIDELINE = "Check every argument before calling."
@@ -81,9 +79,6 @@ def test_script_exercises_the_error_paths(task_id: str) -> None:
     assert texts[2].startswith("[ERROR] Invalid tool call format:") and "[Hint]" in texts[2]
     assert "is not available" in texts[3] and "[Hint] Call only tools" in texts[3]
     assert "[ToolHint]" in texts[4]
-    result = json.loads(texts[-1])
-    labels = labels_from_result(result)  # the environment's result carries what the labels need
-    assert len(labels) == len(result["failure_tags"]) and all(isinstance(x, PaperLabel) for x in labels)
     held_out = default_store().get(task_id).held_out
     assert bool(held_out) == ("miss_func" in task_id)
     for docs in held_out.values():  # the reveal turn was reached and its docs shown

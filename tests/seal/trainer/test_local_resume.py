@@ -13,7 +13,7 @@ import json
 import pytest
 import torch
 
-from seal.trainer.hooks import STATE_FILE
+from seal.trainer.hooks import HOOKS_FILE, STATE_FILE
 
 
 class _Killed(Exception):
@@ -51,16 +51,17 @@ def test_resume_continues_exactly(tmp_path, make_trainer):
         first.fit()
     first.close()
     ckpt1 = part / "checkpoints" / "global_step_1"
-    saved_state = (ckpt1 / "seal" / STATE_FILE).read_bytes()
+    saved_state = {name: (ckpt1 / "seal" / name).read_bytes() for name in (STATE_FILE, HOOKS_FILE)}
     assert json.loads((ckpt1 / "trainer_state.json").read_text())["data"]["index"] == 2
 
     resumed, resumed_runner = make_trainer(part)  # resume_mode=auto picks global_step_1
     try:
         assert resumed.maybe_resume()
         assert resumed.global_step == 1
-        # The diagnosis state came back byte for byte.
+        # The diagnosis state and the reweighter's state came back byte for byte.
         resumed.hooks.save(tmp_path / "reloaded")
-        assert (tmp_path / "reloaded" / STATE_FILE).read_bytes() == saved_state
+        assert {name: (tmp_path / "reloaded" / name).read_bytes() for name in saved_state} == saved_state
+        assert resumed.hooks.reweighter_state["tag_weights"]  # A-Patch's dynamic weights
         resumed.fit()  # fit() resumes again from the same checkpoint, then runs step 2
     finally:
         resumed.close()
@@ -72,9 +73,10 @@ def test_resume_continues_exactly(tmp_path, make_trainer):
     # Identical weights and diagnosis state at the end.
     a, b = full.model.state_dict(), resumed.model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
-    end_full = (tmp_path / "full" / "checkpoints" / "global_step_2" / "seal" / STATE_FILE).read_bytes()
-    end_part = (part / "checkpoints" / "global_step_2" / "seal" / STATE_FILE).read_bytes()
-    assert end_full == end_part
+    for name in (STATE_FILE, HOOKS_FILE):
+        end_full = (tmp_path / "full" / "checkpoints" / "global_step_2" / "seal" / name).read_bytes()
+        end_part = (part / "checkpoints" / "global_step_2" / "seal" / name).read_bytes()
+        assert end_full == end_part
     # metrics.jsonl continues (steps 0, 1 from the first process, 2 from the resumed one).
     steps = [json.loads(x)["step"] for x in (part / "metrics.jsonl").read_text().splitlines()]
     assert steps == [0, 1, 2]

@@ -37,7 +37,7 @@ def test_two_steps_write_every_output(tmp_path, make_trainer):
         assert m["seal/apatch/scaled_count"] == 4.0  # every scripted episode carries tags
     assert "val/pass_rate" in lines[0] and "val/pass_rate" in lines[2]
 
-    # Contract 6 outputs.
+    # The validation logs (seal.eval.logs).
     logs = read_log_dir(exp / "validation_log")
     assert sorted(logs) == [0, 2]
     assert {r["task_id"] for r in logs[2]} == set(trainer.val_ids)
@@ -81,8 +81,8 @@ def test_apatch_scales_reach_the_update(tmp_path, make_trainer, monkeypatch):
         trainer.fit()
     finally:
         trainer.close()
-    weights = trainer.hooks.state.dynamic_tag_weights
-    cfg = trainer.hooks.apatch_cfg
+    weights = trainer.hooks.reweighter_state["tag_weights"]
+    cfg = trainer.hooks.reweighter_cfg
     for i, ep in enumerate(seen["batch"].episodes):
         scale = sum(weights[t] for t in ep.tags) / len(ep.tags)
         scale = min(max(scale, cfg.min_scale), cfg.max_scale)

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from seal.config import REPO_ROOT, compose_config, validate_config
 from seal.diagnosis.state import CapabilityState
 from seal.episode import EpisodeResult, Evaluation
-from seal.trainer.hooks import STATE_FILE, SealHooks
+from seal.trainer.hooks import HOOKS_FILE, STATE_FILE, SealHooks
 from seal.types import FailureTag
 
 SEAL_YAML = REPO_ROOT / "exp" / "SEAL.yaml"
@@ -68,7 +68,7 @@ def test_reweight_scales_tagged_rows_only(tmp_path):
     adv = torch.ones(3, 4)
     tags = [[str(FailureTag.SPURIOUS_TOOL_CALL)], None, [str(FailureTag.INSTANCE_MISMATCH)]]
     out, metrics = hooks.reweight(adv, tags, step=1)
-    w = hooks.apatch_cfg.tag_weights
+    w = hooks.reweighter_cfg.tag_weights
     assert torch.allclose(out[0], adv[0] * w[str(FailureTag.SPURIOUS_TOOL_CALL)])
     assert torch.equal(out[1], adv[1])
     assert torch.allclose(out[2], adv[2] * w[str(FailureTag.INSTANCE_MISMATCH)])
@@ -79,17 +79,20 @@ def test_dynamic_weights_follow_the_state(tmp_path):
     hooks = _hooks(tmp_path)
     hooks.observe([_episode() for _ in range(8)], epoch=0, step=1)
     _, metrics = hooks.reweight(torch.ones(1, 2), [[str(FailureTag.STATE_MISMATCH)]], step=1)
-    weight = hooks.state.dynamic_tag_weights[str(FailureTag.STATE_MISMATCH)]
-    assert weight > hooks.apatch_cfg.tag_weights[str(FailureTag.STATE_MISMATCH)]  # prevalent, unsolved
+    weight = hooks.reweighter_state["tag_weights"][str(FailureTag.STATE_MISMATCH)]  # A-Patch's own state
+    assert weight > hooks.reweighter_cfg.tag_weights[str(FailureTag.STATE_MISMATCH)]  # prevalent, unsolved
     assert metrics["seal/apatch/mean_scale"] == pytest.approx(weight)
+    assert hooks.step_metrics()["seal/diagnosis/dynamic_tag_weight/state_mismatch"] == weight
+    assert "dynamic_tag_weights" not in hooks.state.to_dict()  # the capability state holds only the diagnosis
 
 
 @pytest.mark.parametrize("override", ["seal.enable=false", "seal.advantage.reweighter=identity"])
 def test_disabled_or_identity_leaves_advantages(tmp_path, override):
     hooks = _hooks(tmp_path, override)
     adv = torch.randn(2, 3)
-    out, _ = hooks.reweight(adv, [[str(FailureTag.SPURIOUS_TOOL_CALL)], None], step=1)
-    assert torch.equal(out, adv)
+    out, metrics = hooks.reweight(adv, [[str(FailureTag.SPURIOUS_TOOL_CALL)], None], step=1)
+    assert torch.equal(out, adv) and metrics == {"seal/apatch/enabled": 0.0}
+    assert hooks.reweighter_state == {}
     if override == "seal.enable=false":
         assert hooks.state is None and hooks.step_metrics() == {}
         hooks.observe([_episode()], epoch=0, step=1)
@@ -104,6 +107,7 @@ def test_end_epoch_saves_before_reset(tmp_path):
     stats = json.loads((tmp_path / "diagnostic_stats" / "epoch_0.json").read_text())
     saved = CapabilityState.load(tmp_path / "diagnostic_state" / STATE_FILE)
     assert stats["global_step"] == 3 and stats["top_errors"] == [{"message": "[ERROR] boom", "count": 2}]
+    assert stats["dynamic_tag_weights"] == {}  # no reweight yet
     assert sum(s.count for s in saved.window["categories"].values()) == 2  # the window was saved ...
     assert hooks.state.window["categories"] == {}  # ... and then reset
     assert hooks.error_counter == {}
@@ -117,8 +121,30 @@ def test_save_load_round_trip_is_byte_identical(tmp_path):
     other = _hooks(tmp_path / "b")
     other.load(tmp_path / "ckpt")
     other.save(tmp_path / "ckpt2")
-    assert (tmp_path / "ckpt" / STATE_FILE).read_bytes() == (tmp_path / "ckpt2" / STATE_FILE).read_bytes()
-    assert other.state_dict() == hooks.state_dict()
+    for name in (STATE_FILE, HOOKS_FILE):
+        assert (tmp_path / "ckpt" / name).read_bytes() == (tmp_path / "ckpt2" / name).read_bytes()
+    assert other.state_dict() == hooks.state_dict() and other.reweighter_state["tag_weights"]
+    # The next step's weights continue from the restored ones, as without the round trip.
+    for h in (hooks, other):
+        h.observe([_episode()], epoch=0, step=2)
+    (a, metrics_a), (b, metrics_b) = (h.reweight(torch.ones(1, 1), [["state_mismatch"]], step=2) for h in (other, hooks))
+    assert torch.equal(a, b) and metrics_a == metrics_b
+    assert other.reweighter_state == hooks.reweighter_state
+
+
+def test_a_checkpoint_of_the_previous_layout_still_loads(tmp_path):
+    """Version 1 kept A-Patch's dynamic weights inside the capability state file."""
+    hooks = _hooks(tmp_path / "a")
+    hooks.observe([_episode()], epoch=0, step=1)
+    hooks.reweight(torch.ones(1, 1), [[str(FailureTag.STATE_MISMATCH)]], step=1)
+    hooks.save(tmp_path / "ckpt")
+    weights = hooks.reweighter_state["tag_weights"]
+    state = json.loads((tmp_path / "ckpt" / STATE_FILE).read_text())
+    (tmp_path / "ckpt" / STATE_FILE).write_text(json.dumps({**state, "dynamic_tag_weights": weights}))
+    (tmp_path / "ckpt" / HOOKS_FILE).write_text(json.dumps({"version": 1, "enabled": True, "error_counter": {}}))
+    old = _hooks(tmp_path / "b")
+    old.load(tmp_path / "ckpt")
+    assert old.reweighter_state == {"tag_weights": weights} and old.state.to_dict() == hooks.state.to_dict()
 
 
 def test_fresh_hooks_never_load_a_left_over_state(tmp_path):

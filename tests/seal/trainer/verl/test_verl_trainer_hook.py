@@ -140,7 +140,7 @@ def test_diagnosis_state_travels_with_verl_checkpoints(seal_cfg, tmp_path, fake_
     assert resumed.global_steps == 5
     assert resumed.actor_rollout_wg.loaded == [str(step_dir / "actor")]
     assert resumed.seal_hooks.state_dict() == first.seal_hooks.state_dict()
-    assert resumed.seal_hooks.state.dynamic_tag_weights == first.seal_hooks.state.dynamic_tag_weights != {}
+    assert resumed.seal_hooks.reweighter_state == first.seal_hooks.reweighter_state != {"tag_weights": {}}
 
     # The resumed hooks continue exactly as the original ones would.
     a = make_batch(seed=2)
