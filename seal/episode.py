@@ -28,6 +28,11 @@ from typing import Any
 from seal.diagnosis.stats import extract_error_messages
 
 
+# The column of verl's ``reward_extra_info`` in which the episode runner hands each validation
+# episode's fields (:meth:`EpisodeResult.to_fields`, as one JSON object) to the verl trainer.
+RECORD_KEY = "seal_record"
+
+
 class WireFormatError(ValueError):
     """An ``/evaluate`` result or an episode field dict lacks a required field or has a bad value."""
 

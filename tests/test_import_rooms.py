@@ -1,7 +1,8 @@
 """The rooms of the code base: which package may import which (every import, top level or deferred).
 
 * the two trainer backends never import each other, and the shared trainer modules import neither;
-* the episode runner (``seal.rollout``) never imports a trainer, and the generation engine
+* the episode runner (``seal.rollout``) never imports a trainer or the evaluation code (the
+  validation record's column name is the episode record's, ``seal.episode``), and the generation engine
   (``seal.engine``) imports no trainer, runner, evaluation or environment code;
 * the pure core (tags, diagnosis, reweighting, interface evolution, rewards) imports no trainer,
   runner, evaluation or environment-service code, and diagnosis and reweighting do not import
@@ -21,7 +22,7 @@ CORE = ("seal.types", "seal.tags", "seal.diagnosis", "seal.advantage", "seal.int
 FORBIDDEN = [
     ("seal.trainer.local", ("seal.trainer.verl",)),
     ("seal.trainer.verl", ("seal.trainer.local",)),
-    ("seal.rollout", ("seal.trainer",)),
+    ("seal.rollout", ("seal.trainer", "seal.eval")),
     ("seal.engine", ("seal.trainer", "seal.rollout", "seal.eval", "seal.cli", "env_service")),
     *[(core, ("seal.trainer", "seal.rollout", "seal.eval", "seal.cli", "env_service")) for core in CORE],
     ("seal.diagnosis", ("seal.advantage",)),

@@ -1,7 +1,7 @@
 """The BFCL multi-turn environment, without HTTP.
 
 Modules: ``tasks`` (the task store and splits), ``executor`` (safe per-episode backends),
-``checker`` (contract 1: BFCL's verdict plus per-turn failure tags), ``parsers`` (assistant text
+``checker`` (BFCL's verdict plus per-turn failure tags), ``parsers`` (assistant text
 to tool calls), ``prompts`` (system prompt and observation text), ``episode`` (the protocol).
 The names below are re-exported lazily, so importing this package costs nothing until used.
 """

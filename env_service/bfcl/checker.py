@@ -1,4 +1,4 @@
-"""Contract 1: BFCL's multi-turn verdict plus one failure tag per ground-truth turn, in one pass.
+"""BFCL's multi-turn verdict plus one failure tag per ground-truth turn, in one pass.
 
 ``check_episode(model_turns, gt_turns, entry)`` replays the model's accepted calls and the
 ground truth on **fresh** backend instances (two :class:`~env_service.bfcl.executor.Executor`
@@ -148,7 +148,7 @@ def _verdict_of(outcome: _TurnOutcome) -> tuple[str, str, dict[str, Any]] | None
 
 def check_episode(model_turns: list[list[list[str]]], gt_turns: list[list[str]], entry: dict[str, Any],
                   *, call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S) -> EpisodeCheck:
-    """Judge one episode (contract 1). ``model_turns``: turn -> step -> call strings."""
+    """Judge one episode. ``model_turns``: turn -> step -> call strings."""
     long_context = is_long_context(entry["id"])
     classes, config = entry["involved_classes"], entry["initial_config"]
     model_ex = Executor(classes, config, long_context, call_timeout_s=call_timeout_s)

@@ -177,7 +177,8 @@ class StepOutcome:
 
 @dataclass
 class TurnEventCounts:
-    """Per-GT-turn events (the fields of ``seal.diagnosis.TurnEvents``)."""
+    """Per-GT-turn events, reported as the evaluate result's ``turn_events`` (docs/paper_map.md
+    maps them, with the tags, to the paper's labels)."""
 
     parse_errors: int = 0
     unavailable_tools: int = 0

@@ -1,4 +1,4 @@
-"""Evaluation: validation runner, validation-log writer (contract 6), BFCL result export."""
+"""Evaluation: validation runner, validation-log writer (``logs``), BFCL result export."""
 
 from seal.eval.logs import ValidationLogWriter, ValidationRecord, read_log_dir, read_log_file
 from seal.eval.policies import ChatPolicy, HFChatPolicy, OpenAIChatPolicy, SamplingSettings

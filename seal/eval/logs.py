@@ -1,4 +1,5 @@
-"""Validation logs (contract 6): one JSON object per episode in ``<log_dir>/<step>.jsonl``.
+"""Validation logs: one JSON object per episode in ``<log_dir>/<step>.jsonl`` (the line format is
+listed in docs/architecture.md, "Validation log line").
 
 The line format is a superset of the SEAL release's (``input``, ``output``, ``score``, ``step``,
 ``reward``, ``task_id``, ``data_source``), so the statistics script reads both. Our extra keys
@@ -22,11 +23,6 @@ logger = logging.getLogger(__name__)
 
 # A task passes when its score reaches 1.0, the release's rule (binary verifier reward).
 PASS_THRESHOLD = 1.0
-
-# The column of verl's ``reward_extra_info`` in which the episode runner hands each validation
-# episode's record fields to the verl trainer (a JSON object per episode). Defined here, beside
-# the record, so the runner and the trainer share it without importing each other.
-RECORD_KEY = "seal_record"
 
 _STEP_FILE = re.compile(r"^(-?\d+)\.jsonl$")
 _TRUNCATION_MARK = "\n[... {n} characters truncated ...]\n"

@@ -6,8 +6,7 @@ from the episode's ``params``; the trainer chooses guideline lines with
 """
 
 from seal.interface.episode import (
-    TRAINING_MODES,
-    VALIDATION_MODES,
+    ROLLOUT_MODES,
     DiagnosticEvolutionParams,
     EpisodeInterface,
     ObservationLiteParams,
@@ -26,8 +25,7 @@ __all__ = [
     "FORMAT_EXAMPLES",
     "GUIDELINES_HEADER",
     "OBSERVATION_INSTRUCTION",
-    "TRAINING_MODES",
-    "VALIDATION_MODES",
+    "ROLLOUT_MODES",
     "DiagnosticEvolutionParams",
     "EpisodeInterface",
     "GuidelineConfig",

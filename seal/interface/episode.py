@@ -20,8 +20,8 @@ from seal.interface.guidelines import EPISODE_KEYS, GuidelineConfig, render_guid
 from seal.interface.observation import OBSERVATION_INSTRUCTION, observation_hints
 from seal.types import dataclass_from_mapping
 
-VALIDATION_MODES = frozenset({"validate", "validation", "val", "test"})
-TRAINING_MODES = frozenset({"sample", "train", "training"})
+# ``sample``: a training episode (the interface parts may apply); ``validate``: the untouched interface.
+ROLLOUT_MODES = ("sample", "validate")
 
 
 @dataclass
@@ -81,12 +81,9 @@ class EpisodeInterface:
     diagnostic: DiagnosticEvolutionParams = field(default_factory=DiagnosticEvolutionParams)
 
     def __post_init__(self) -> None:
-        if self.rollout_mode not in VALIDATION_MODES | TRAINING_MODES:
-            raise ValueError(
-                f"params.rollout_mode must be one of {sorted(VALIDATION_MODES | TRAINING_MODES)}, "
-                f"got {self.rollout_mode!r}"
-            )
-        v = self.rollout_mode in VALIDATION_MODES
+        if self.rollout_mode not in ROLLOUT_MODES:
+            raise ValueError(f"params.rollout_mode must be one of {list(ROLLOUT_MODES)}, got {self.rollout_mode!r}")
+        v = self.is_validation
         self._active = {
             "observation_lite": _gate(self.observation_lite, validation=v, category=self.category),
             "tool_feedback_evolution": _gate(self.tool_feedback, validation=v, category=self.category),
@@ -114,7 +111,7 @@ class EpisodeInterface:
 
     @property
     def is_validation(self) -> bool:
-        return self.rollout_mode in VALIDATION_MODES
+        return self.rollout_mode == "validate"
 
     def transform_tools(self, tools: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """A deep copy of ``tools``, with observation hints when that part is active."""

@@ -1,4 +1,5 @@
-"""Observation hints (contract 3): annotate tool schemas so required and enum arguments stand out."""
+"""Observation hints: annotate tool schemas so required and enum arguments stand out
+(docs/paper_map.md §3)."""
 
 from __future__ import annotations
 

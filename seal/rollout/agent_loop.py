@@ -51,8 +51,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, DictConfigWrap, register
 
-from seal.episode import EpisodeResult, Evaluation
-from seal.eval.logs import RECORD_KEY
+from seal.episode import RECORD_KEY, EpisodeResult, Evaluation
 from seal.rewards import RewardConfig, episode_reward
 from seal.rollout.few_shot import with_few_shot
 from seal.rollout.settings import RolloutSettings, episode_params, make_env_client, select

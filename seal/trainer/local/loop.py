@@ -322,7 +322,7 @@ class LocalTrainer:
 
 def run_local(cfg: DictConfig, *, exp_dir: Path, runner_factory: RunnerFactory | None = None,
               env_client: Any | None = None) -> None:
-    """Train with the local backend; outputs go to ``exp_dir`` (contract 6)."""
+    """Train with the local backend; outputs go to ``exp_dir`` (listed in docs/quickstart.md)."""
     trainer = LocalTrainer(cfg, exp_dir, runner_factory=runner_factory, env_client=env_client)
     try:
         trainer.fit()

@@ -1,4 +1,4 @@
-"""Validation records (contract 6) and pass-rate metrics from a validation pass."""
+"""Validation records (:mod:`seal.eval.logs`) and pass-rate metrics from a validation pass."""
 
 from __future__ import annotations
 

@@ -95,7 +95,7 @@ def prepare_config(cfg: DictConfig, *, exp_dir: Path, base: Path | None = None,
                    flash_attn: bool | None = None) -> DictConfig:
     """A resolved copy of ``cfg`` ready for Ray workers on any node of a cluster.
 
-    * ``trainer.validation_data_dir`` defaults to ``<exp_dir>/validation_log`` (contract 6).
+    * ``trainer.validation_data_dir`` defaults to ``<exp_dir>/validation_log`` (the format: :mod:`seal.eval.logs`).
     * Paths (data files, checkpoint and log folders, the agent-loop registry, a local model
       folder) become absolute, relative to ``base`` (default: the current directory) or, for
       files that exist only there, the repository. A hub model id is left as it is.

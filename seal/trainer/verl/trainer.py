@@ -19,7 +19,7 @@ Around that one step hook, three small extensions of verl's own methods (each ca
 * ``_get_gen_batch`` (called by ``fit()`` and ``_validate()`` right before rollout) attaches each
   row's environment parameters — the only way per-step interface settings derived from the
   capability state reach the episode runners in the Ray agent-loop workers;
-* ``_dump_generations`` writes the validation log in the project's format (contract 6);
+* ``_dump_generations`` writes the validation log in the project's format (:mod:`seal.eval.logs`);
 * ``_validate`` is followed by the release's best-validation-step keeping
   (:mod:`seal.trainer.best_checkpoint`, ``trainer.save_best_checkpoint``).
 """
@@ -189,7 +189,7 @@ class SealRayPPOTrainer(RayPPOTrainer):
 
     def _dump_generations(self, inputs: list[str], outputs: list[str], gts: list[Any], scores: list[float],
                           reward_extra_infos_dict: dict[str, list[Any]], dump_path: str) -> None:
-        """Write ``<dump_path>/<step>.jsonl`` in the project's validation-log format (contract 6).
+        """Write ``<dump_path>/<step>.jsonl`` in the project's validation-log format (:mod:`seal.eval.logs`).
 
         verl calls this with ``trainer.validation_data_dir`` after each validation (and with
         ``trainer.rollout_data_dir`` after each training step, when set). When the episode runner

@@ -1,4 +1,4 @@
-"""Validation logs (contract 6) from verl's validation dump.
+"""Validation logs (:mod:`seal.eval.logs`) from verl's validation dump.
 
 verl's ``_validate`` hands ``_dump_generations`` the decoded inputs/outputs, the scores and the
 ``reward_extra_info`` columns of the validation batch. The episode runner puts one column there,
@@ -15,8 +15,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from seal.episode import EpisodeResult
-from seal.eval.logs import RECORD_KEY, ValidationRecord
+from seal.episode import RECORD_KEY, EpisodeResult
+from seal.eval.logs import ValidationRecord
 
 logger = logging.getLogger(__name__)
 
