@@ -1,14 +1,7 @@
-"""Diagnosis: the capability state and its statistics.
-
-``tag_turn`` (the per-turn tagging rule the checker calls) lives in
-:mod:`seal.diagnosis.tagging` and is re-exported lazily, so importing this package never
-requires that module.
-"""
+"""Diagnosis: the capability state and its statistics (the per-turn tag rule is the registry's,
+:func:`seal.tags.classify_turn`)."""
 
 from __future__ import annotations
-
-import importlib
-from typing import Any
 
 from seal.diagnosis.state import (
     STATE_VERSION,
@@ -29,12 +22,5 @@ __all__ = [
     "DiagnosisStats",
     "dominant_tag",
     "extract_error_messages",
-    "tag_turn",
     "turn_position",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "tag_turn":
-        return importlib.import_module("seal.diagnosis.tagging").tag_turn
-    raise AttributeError(f"module 'seal.diagnosis' has no attribute {name!r}")

@@ -7,11 +7,15 @@ import json
 import pytest
 
 from env_service.bfcl.checker import check_episode
-from seal.diagnosis.tagging import tag_turn
+from seal.tags import TurnEvidence, classify_turn
 from seal.types import FailureTag as T
 
 _OK = dict(gt_error=False, gt_empty=False, model_called=True, model_empty=False, instances_match=True,
            state_valid=True, response_valid=True)
+
+
+def tag_turn(**evidence) -> str:
+    return classify_turn(TurnEvidence(**evidence))
 
 
 @pytest.mark.parametrize("changes, expected", [

@@ -6,11 +6,15 @@ from __future__ import annotations
 from env_service.bfcl.checker import check_episode
 from env_service.bfcl.episode import BfclEpisode
 from env_service.oracle import ORACLE_REPLY, tool_call_message
-from seal.diagnosis.tagging import tag_turn
+from seal.tags import TurnEvidence, classify_turn
 from seal.types import FailureTag
 
 _OK = dict(gt_error=False, gt_empty=False, model_called=True, model_empty=False, instances_match=True,
            state_valid=True, response_valid=True)
+
+
+def tag_turn(**evidence) -> str:
+    return classify_turn(TurnEvidence(**evidence))
 
 
 def _play(task, params, inert, messages):
