@@ -12,9 +12,8 @@ environment service imports the core without torch).
 from __future__ import annotations
 
 import importlib
-from typing import Any
-
 from collections.abc import Callable
+from typing import Any
 
 from seal.advantage.dynamic import update_dynamic_weights
 from seal.advantage.registry import REWEIGHTERS, TAG_WEIGHTS, Reweighter, register_reweighter
