@@ -1,7 +1,6 @@
 """Advantage reweighting after GRPO: A-Patch and the reweighter registry.
 
-The GRPO group advantages themselves are verl's ``compute_grpo_outcome_advantage``, which both
-trainers call.
+The GRPO group advantages themselves are :mod:`seal.advantage.grpo`, which both trainers call.
 
 The torch-free parts (``APatchConfig``, ``trajectory_scale``, ``update_dynamic_weights``, the
 registry) load eagerly; the tensor functions, and with them the built-in reweighters they

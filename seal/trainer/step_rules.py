@@ -36,6 +36,13 @@ class StepSelection:
     excluded: int
     lone_survivors: int
 
+    @classmethod
+    def from_flags(cls, trainable: Sequence[bool], excluded: Sequence[bool]) -> StepSelection:
+        """The selection with these per-episode flags: every episode left out that rule 1 did
+        not exclude is a lone survivor."""
+        return cls(tuple(bool(t) for t in trainable), excluded=sum(bool(x) for x in excluded),
+                   lone_survivors=sum(not t and not x for t, x in zip(trainable, excluded)))
+
     @property
     def num_trainable(self) -> int:
         return sum(self.trainable)
@@ -66,17 +73,8 @@ def select_trainable(excluded: Sequence[bool], groups: Sequence[Hashable], *, n:
     if len(excluded) != len(groups):
         raise ValueError(f"{len(excluded)} exclusion flags for {len(groups)} group ids")
     kept_per_group = Counter(g for g, x in zip(groups, excluded) if not x)
-    trainable = []
-    lonely = 0
-    for g, x in zip(groups, excluded):
-        if x:
-            trainable.append(False)
-        elif n > 1 and kept_per_group[g] < 2:
-            trainable.append(False)
-            lonely += 1
-        else:
-            trainable.append(True)
-    return StepSelection(tuple(trainable), excluded=sum(bool(x) for x in excluded), lone_survivors=lonely)
+    trainable = [not x and (n <= 1 or kept_per_group[g] >= 2) for g, x in zip(groups, excluded)]
+    return StepSelection.from_flags(trainable, excluded)
 
 
 def episode_metrics(results: Sequence[EpisodeResult]) -> dict[str, float]:

@@ -1,8 +1,11 @@
-"""GRPO group advantages as the trainers compute them (verl's compute_grpo_outcome_advantage).
+"""GRPO group advantages as the trainers compute them (:mod:`seal.advantage.grpo`, verl's
+compute_grpo_outcome_advantage over the rows that have a response token).
 
-The local backend calls verl's function through ``grpo_advantages_verl``; these tests pin the
-numbers it produces against the formula written out by hand."""
+The local backend calls the estimator through ``grpo_advantages_verl``; these tests pin the
+numbers it produces against the formula written out by hand, against verl's own GRPO, and the
+rows it leaves out of the baselines."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -55,3 +58,57 @@ def test_mask_zeroes_non_assistant_tokens_and_inputs_are_untouched() -> None:
     assert adv[0, 1] == 0 and adv[1, 0] == 0
     assert adv[0, 0] > 0 > adv[1, 1]
     assert torch.equal(rewards, before)
+
+
+def _random_groups(seed: int) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    g = torch.Generator().manual_seed(seed)
+    uids = [f"uid{i % 4}" for i in torch.randperm(16, generator=g).tolist()] + ["singleton"]
+    rewards = torch.zeros(len(uids), 5)
+    rewards[:, -1] = torch.rand(len(uids), generator=g)
+    mask = (torch.rand(len(uids), 5, generator=g) > 0.3).long()
+    mask[:, 0] = 1
+    return rewards, mask, uids
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("norm", [True, False])
+def test_with_no_row_left_out_it_is_verls_grpo_bit_for_bit(seed: int, norm: bool) -> None:
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+    from seal.advantage.grpo import grpo_advantages
+
+    rewards, mask, uids = _random_groups(seed)
+    expected, _ = compute_grpo_outcome_advantage(rewards, mask, np.array(uids, dtype=object),
+                                                 norm_adv_by_std_in_grpo=norm)
+    assert torch.equal(grpo_advantages(rewards, mask, uids, norm_by_std=norm), expected)
+
+
+def test_a_row_without_response_tokens_leaves_its_group_baseline() -> None:
+    """Its reward moves no other row's advantage (verl's GRPO would move them), and its own
+    advantage is 0; the other rows get verl's GRPO over the group without it."""
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+    from seal.advantage.grpo import grpo_advantages
+
+    rewards, mask, uids = _random_groups(0)
+    out = 2
+    mask[out] = 0
+    results, plain = [], []
+    for reward in (0.0, 1.0):
+        rewards[out, -1] = reward
+        results.append(grpo_advantages(rewards, mask, uids))
+        plain.append(compute_grpo_outcome_advantage(rewards, mask, np.array(uids, dtype=object))[0])
+        assert not results[-1][out].any()
+    assert torch.equal(results[0], results[1])
+    assert not torch.equal(plain[0], plain[1])  # a case where verl's GRPO baseline moves
+    keep = torch.ones(len(uids), dtype=torch.bool)
+    keep[out] = False
+    kept, _ = compute_grpo_outcome_advantage(rewards[keep], mask[keep], np.array(uids, dtype=object)[keep.numpy()])
+    assert torch.equal(results[1][keep], kept)
+
+
+def test_every_row_left_out_gives_zero_advantages() -> None:
+    from seal.advantage.grpo import grpo_advantages
+
+    adv = grpo_advantages(torch.ones(3, 4), torch.zeros(3, 4, dtype=torch.long), ["a", "a", "b"])
+    assert adv.shape == (3, 4) and not adv.any()

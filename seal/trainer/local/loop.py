@@ -196,7 +196,7 @@ class LocalTrainer:
         # 3. The capability state observes the training episodes (faulted ones are skipped).
         metrics = self.hooks.observe(results, epoch=epoch, step=step)
         metrics.update(episode_metrics(results))
-        # 4. GRPO advantages over the trainable episodes (verl's core_algos).
+        # 4. GRPO advantages over the trainable episodes (seal.advantage.grpo, as on verl).
         # The shared step rules: faulted, excluded and lone-survivor episodes are left out.
         selection = select_trainable([not e.trainable for e in episodes], [e.uid for e in episodes], n=n)
         metrics.update(selection.metrics())

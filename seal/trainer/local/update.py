@@ -8,7 +8,6 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from seal.trainer.local.episodes import Episode
@@ -42,17 +41,15 @@ def build_batch(episodes: Sequence[Episode]) -> Batch:
 
 
 def grpo_advantages_verl(batch: Batch, *, norm_by_std: bool) -> torch.Tensor:
-    """verl's ``compute_grpo_outcome_advantage`` on the batch: ``(B, T)``, zero off the mask.
+    """The GRPO advantages of the batch, ``(B, T)``, zero off the mask: the estimator the verl
+    trainer runs (:func:`seal.advantage.grpo.grpo_advantages`, verl's GRPO underneath).
 
     The outcome reward sits on the first response token (verl sums the token rewards)."""
-    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+    from seal.advantage.grpo import grpo_advantages
 
     token_rewards = torch.zeros_like(batch.mask)
     token_rewards[:, 0] = batch.rewards
-    adv, _ = compute_grpo_outcome_advantage(
-        token_rewards, batch.mask, np.array(batch.uids, dtype=object), norm_adv_by_std_in_grpo=norm_by_std
-    )
-    return adv
+    return grpo_advantages(token_rewards, batch.mask, batch.uids, norm_by_std=norm_by_std)
 
 
 def _minibatches(n_rows: int, size: int) -> list[list[int]]:

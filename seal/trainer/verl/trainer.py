@@ -8,11 +8,16 @@ method of the trainer that sees the GRPO advantages before the policy update is 
 ``_update_actor``; SEAL overrides it to
 
 a. observe the step's episodes in the capability state,
-b. rescale ``batch.batch["advantages"]`` with A-Patch (after verl's GRPO advantages),
+b. rescale ``batch.batch["advantages"]`` with A-Patch (after the GRPO advantages),
 c. return ``seal/*`` metrics inside the actor output, which ``fit()`` reduces and logs through
    verl's ``Tracking`` (console, TensorBoard, W&B — whatever ``trainer.logger`` lists).
 
-Around that one step hook, three small extensions of verl's own methods (each calls verl's):
+The step is read once: the first of ``_compute_old_log_prob`` / ``_compute_ref_log_prob`` to run
+applies the step rules (:func:`seal.trainer.verl.batch.select_rows`: batch columns, left-out
+rows' masks zeroed); verl's ``compute_advantage`` then runs the SEAL estimator ``seal_grpo``
+(:mod:`seal.advantage.grpo`, :func:`use_seal_grpo`), which keeps those rows out of the baselines.
+
+Around the step, small extensions of verl's own methods (each calls verl's):
 
 * ``_save_checkpoint`` / ``_load_checkpoint`` add a ``seal/`` folder (the diagnosis state) to
   verl's ``global_step_<n>/`` checkpoint;
@@ -33,17 +38,19 @@ from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf, open_dict
 
+from seal.advantage.grpo import SEAL_GRPO
 from seal.config import ConfigError
 from seal.eval.logs import ValidationLogWriter
 from seal.trainer.best_checkpoint import BestCheckpointKeeper, BestCheckpointSettings
 from seal.trainer.hooks import SealHooks
 from seal.trainer.step_rules import episode_metrics
-from seal.trainer.verl.batch import episode_results, exclude_rows, mask_untrainable, step_selection
+from seal.trainer.verl.batch import select_rows
 from seal.trainer.verl.validation import RECORD_KEY, validation_records
 from verl import DataProto
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+from verl.trainer.ppo.utils import need_reference_policy
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +66,22 @@ def check_verl_config(config: DictConfig) -> None:
     if config.trainer.get("use_v1", False):
         raise ConfigError("trainer.use_v1=true: the SEAL verl backend extends the RayPPOTrainer (v0) loop; "
                           "set trainer.use_v1=false")
+    bypass = bool(OmegaConf.select(config, "algorithm.rollout_correction.bypass_mode", default=False))
+    if bypass and not need_reference_policy(config):
+        raise ConfigError(
+            "algorithm.rollout_correction.bypass_mode=true without a reference policy: no SEAL hook runs before "
+            "the GRPO advantages, so excluded episodes would enter the group baselines; set "
+            "algorithm.rollout_correction.bypass_mode=false or actor_rollout_ref.actor.use_kl_loss=true")
+
+
+def use_seal_grpo(config: DictConfig) -> None:
+    """Run ``algorithm.adv_estimator=grpo`` as ``seal_grpo`` (in place, logged): verl computes its
+    built-in ``grpo`` inline, before its estimator registry, with the left-out rows in the baselines."""
+    if str(config.algorithm.adv_estimator) == "grpo":
+        with open_dict(config):
+            config.algorithm.adv_estimator = SEAL_GRPO
+        logger.info("algorithm.adv_estimator=grpo runs as %s: GRPO with the episodes the step rules leave out "
+                    "kept out of the group baselines", SEAL_GRPO)
 
 
 class SealRayPPOTrainer(RayPPOTrainer):
@@ -73,6 +96,7 @@ class SealRayPPOTrainer(RayPPOTrainer):
 
     def __init__(self, config: DictConfig, *args: Any, exp_dir: Path, **kwargs: Any) -> None:
         check_verl_config(config)
+        use_seal_grpo(config)
         super().__init__(config, *args, **kwargs)
         self.seal_hooks = SealHooks(config, Path(exp_dir))
         self._best_checkpoints()  # a bad best-checkpoint setting fails here, not after the first validation
@@ -102,16 +126,12 @@ class SealRayPPOTrainer(RayPPOTrainer):
 
     def seal_step(self, batch: DataProto) -> dict[str, float]:
         """Steps (a)–(c) of the module docstring on ``batch`` (plus the epoch-end dump); returns
-        the ``seal/*`` metrics. The episodes the step rules leave out
-        (:mod:`seal.trainer.step_rules`: faults, overflowed prompts, lone survivors) are first
-        taken out of the update and of the GRPO baselines."""
+        the ``seal/*`` metrics. The records and the step rules' selection are the ones the first
+        hook of the step stored (:meth:`_any_token_to_train`)."""
         step = int(self.global_steps)
         steps_per_epoch = len(self.train_dataloader)
         epoch = (step - 1) // steps_per_epoch
-        results = episode_results(batch)
-        selection = step_selection(batch, n=int(self.config.actor_rollout_ref.rollout.n), results=results)
-        exclude_rows(batch, selection, adv_estimator=str(self.config.algorithm.adv_estimator),
-                     norm_adv_by_std_in_grpo=bool(self.config.algorithm.get("norm_adv_by_std_in_grpo", True)))
+        results, selection = select_rows(batch, n=int(self.config.actor_rollout_ref.rollout.n))
         # Excluded episodes say nothing about the policy: the capability state never sees them.
         metrics = dict(self.seal_hooks.observe(results, epoch=epoch, step=step))
         adv = batch.batch["advantages"]
@@ -135,7 +155,7 @@ class SealRayPPOTrainer(RayPPOTrainer):
         batch's ``rollout_log_probs`` are dropped, so verl's rollout correction (which needs at
         least one valid token) is skipped for a step whose update is skipped anyway.
         """
-        if not self._mask_for_update(batch):
+        if not self._any_token_to_train(batch):
             if "rollout_log_probs" in batch.batch.keys():
                 batch.pop(batch_keys=["rollout_log_probs"])
             zeros = torch.zeros_like(batch.batch["response_mask"], dtype=torch.float32)
@@ -144,16 +164,15 @@ class SealRayPPOTrainer(RayPPOTrainer):
 
     def _compute_ref_log_prob(self, batch: DataProto) -> DataProto:
         """verl's reference log-probs; zeros without a worker call when nothing is left to train on."""
-        if not self._mask_for_update(batch):
+        if not self._any_token_to_train(batch):
             zeros = torch.zeros_like(batch.batch["response_mask"], dtype=torch.float32)
             return DataProto.from_single_dict({"ref_log_prob": zeros})
         return super()._compute_ref_log_prob(batch)
 
-    def _mask_for_update(self, batch: DataProto) -> bool:
-        """Zero the response masks of the rows the step rules leave out (training batches only);
-        return whether any response token is left to train on."""
-        if "task_id" in batch.non_tensor_batch:
-            mask_untrainable(batch, step_selection(batch, n=int(self.config.actor_rollout_ref.rollout.n)))
+    def _any_token_to_train(self, batch: DataProto) -> bool:
+        """Apply the step rules (at the step's first call: :func:`select_rows` zeroes the
+        left-out rows' masks); return whether any response token is left to train on."""
+        select_rows(batch, n=int(self.config.actor_rollout_ref.rollout.n))
         return bool(batch.batch["response_mask"].any())
 
     # ------------------------------------------------------------------ rollout inputs

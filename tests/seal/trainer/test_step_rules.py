@@ -43,19 +43,19 @@ def test_a_faulted_record_is_always_excluded():
 
 
 def test_both_backends_give_the_same_advantages_on_the_same_batch():
-    """The verl path (``exclude_rows`` on verl's DataProto) and the local path (GRPO over the
-    kept episodes) agree row for row, lone survivor included."""
+    """The verl path (the step rules on verl's DataProto, then verl's ``compute_advantage`` with
+    the SEAL estimator) and the local path (GRPO over the kept episodes) agree row for row, lone
+    survivor included."""
     pytest.importorskip("verl")
     from verl_testkit import N_ROLLOUTS, make_batch
 
     from seal.trainer.local.update import Batch, grpo_advantages_verl
-    from seal.trainer.verl.batch import exclude_rows, step_selection
+    from seal.trainer.verl.batch import select_rows
 
     faults = {0: "env_fault", 1: "llm_fault", 2: "excluded", 6: "env_fault"}  # row 3: lone survivor
     batch = make_batch(faults)
-    sel = step_selection(batch, n=N_ROLLOUTS)
+    _, sel = select_rows(batch, n=N_ROLLOUTS)
     assert sel.lone_survivors == 1 and not sel.trainable[3]
-    exclude_rows(batch, sel, adv_estimator="grpo", norm_adv_by_std_in_grpo=True)
     verl_adv = batch.batch["advantages"]
 
     keep = torch.tensor(sel.trainable)

@@ -257,3 +257,31 @@ def test_verls_fit_skips_a_step_with_nothing_to_train_on(tokenizer, flaky_enviro
     assert any("no episode left to train on" in r.getMessage() for r in caplog.records)
     assert trainer.checkpoint_manager.synced[-1] == 1  # the rollout servers still get the weights
     assert torch.isnan(torch.tensor(metrics["critic/advantages/mean"]))  # verl's metrics of an empty batch
+
+
+def test_verls_fit_reads_the_step_once(tokenizer, flaky_environment, tmp_path, monkeypatch):
+    """The step rules run once and the records are read once per step, although three SEAL
+    hooks (old and reference log-probs, the actor update) use them; verl's compute_advantage
+    runs the SEAL estimator once."""
+    from verl.trainer.ppo import core_algos
+
+    from seal.advantage.grpo import SEAL_GRPO
+    from seal.trainer.verl import batch as seal_batch
+
+    calls = {"select_trainable": 0, "episode_results": 0, SEAL_GRPO: 0}
+
+    def counted(name: str, fn: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            calls[name] += 1
+            return fn(*args, **kwargs)
+        return wrapper
+
+    for name in ("select_trainable", "episode_results"):
+        monkeypatch.setattr(seal_batch, name, counted(name, getattr(seal_batch, name)))
+    monkeypatch.setitem(core_algos.ADV_ESTIMATOR_REGISTRY, SEAL_GRPO,
+                        counted(SEAL_GRPO, core_algos.ADV_ESTIMATOR_REGISTRY[SEAL_GRPO]))
+    trainer, metrics = fit_one_step(seal_config(), TASKS, tokenizer, tmp_path)
+
+    assert calls == {"select_trainable": 1, "episode_results": 1, SEAL_GRPO: 1}
+    assert trainer.config.algorithm.adv_estimator == SEAL_GRPO
+    assert metrics["seal/excluded_episodes"] == 7 and metrics["seal/lone_survivors"] == 1

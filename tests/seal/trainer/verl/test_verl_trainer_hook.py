@@ -10,7 +10,7 @@ import torch
 from verl_testkit import EPISODES, N_ROLLOUTS, make_batch, make_trainer
 
 from seal.trainer.hooks import SealHooks
-from seal.trainer.verl.batch import episode_results
+from seal.trainer.verl.batch import TRAINABLE_COLUMN, episode_results
 
 pytest.importorskip("verl")
 
@@ -111,11 +111,13 @@ def test_epoch_end_dumps_stats_and_state(seal_cfg, tmp_path, fake_actor_update):
     assert (tmp_path / "diagnostic_state" / "capability_state.json").is_file()
 
 
-def test_missing_task_columns_are_a_clear_error(seal_cfg, tmp_path, fake_actor_update):
+@pytest.mark.parametrize("hook", ["_compute_old_log_prob", "_compute_ref_log_prob", "seal_step"])
+def test_missing_task_columns_are_a_clear_error(seal_cfg, tmp_path, fake_actor_update, hook):
     batch = make_batch()
     batch.non_tensor_batch.pop("task_id")
+    batch.non_tensor_batch.pop(TRAINABLE_COLUMN)  # as rollout left it: no SEAL hook has run yet
     with pytest.raises(KeyError, match="default_agent_loop=seal_bfcl"):
-        make_trainer(seal_cfg, tmp_path).seal_step(batch)
+        getattr(make_trainer(seal_cfg, tmp_path), hook)(batch)
 
 
 def _with_ckpt_dir(cfg, path):

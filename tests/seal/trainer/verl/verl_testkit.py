@@ -3,6 +3,7 @@ built without Ray workers (the hooks under test need none)."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -41,23 +42,28 @@ def episode_fields(task_id: str, reward: float, tags: list, fault: str | None = 
     return result.to_fields()
 
 
-def make_batch(faults: dict[int, str] | None = None, seed: int = 0) -> Any:
-    """A training batch as verl's ``fit()`` holds it right after ``compute_advantage`` (GRPO).
+def make_batch(faults: dict[int, str] | None = None, seed: int = 0, rewards: dict[int, float] | None = None) -> Any:
+    """A training batch as verl's ``fit()`` holds it right after ``compute_advantage``.
 
     Rows are ``len(TASKS) * N_ROLLOUTS`` episodes; ``faults`` maps a row to ``env_fault``,
-    ``llm_fault`` or ``excluded`` (set, as the episode runner does, for every faulted row).
-    Advantages come from verl's own ``compute_advantage``.
+    ``llm_fault`` or ``excluded`` (set, as the episode runner does, for every faulted row);
+    ``rewards`` overrides rows' rewards. As in ``fit()``: the step rules first (the SEAL hook
+    before the old log-probs), then verl's own ``compute_advantage`` with the SEAL estimator.
     """
     from verl import DataProto
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
+    from seal.advantage.grpo import SEAL_GRPO
+    from seal.trainer.verl.batch import select_rows
+
     faults = faults or {}
+    episodes = [((rewards or {}).get(i, reward), tags) for i, (reward, tags) in enumerate(EPISODES)]
     gen = torch.Generator().manual_seed(seed)
-    b = len(EPISODES)
+    b = len(episodes)
     lengths = torch.randint(2, RESPONSE_LEN + 1, (b,), generator=gen)
     mask = (torch.arange(RESPONSE_LEN).unsqueeze(0) < lengths.unsqueeze(1)).to(torch.int64)
     scores = torch.zeros(b, RESPONSE_LEN)
-    for i, (reward, _) in enumerate(EPISODES):
+    for i, (reward, _) in enumerate(episodes):
         scores[i, int(lengths[i]) - 1] = reward
     task_ids = [t for t in TASKS for _ in range(N_ROLLOUTS)]
     uids = [f"uid-{t}" for t in task_ids]
@@ -67,7 +73,7 @@ def make_batch(faults: dict[int, str] | None = None, seed: int = 0) -> Any:
         arr[:] = values
         return arr
 
-    records = [episode_fields(task_ids[i], reward, tags, faults.get(i)) for i, (reward, tags) in enumerate(EPISODES)]
+    records = [episode_fields(task_ids[i], reward, tags, faults.get(i)) for i, (reward, tags) in enumerate(episodes)]
     batch = DataProto.from_single_dict({
         "responses": torch.randint(0, 100, (b, RESPONSE_LEN), generator=gen),
         "response_mask": mask,
@@ -78,7 +84,8 @@ def make_batch(faults: dict[int, str] | None = None, seed: int = 0) -> Any:
         # The episode runner's extra_fields, one column per key (verl's agent-loop post-processing).
         **{name: obj([r[name] for r in records]) for name in FIELD_NAMES},
     })
-    return compute_advantage(batch, adv_estimator="grpo", num_repeat=N_ROLLOUTS, norm_adv_by_std_in_grpo=True)
+    select_rows(batch, n=N_ROLLOUTS)
+    return compute_advantage(batch, adv_estimator=SEAL_GRPO, num_repeat=N_ROLLOUTS)
 
 
 class FakeWorkerGroup:
@@ -114,10 +121,11 @@ def make_trainer(cfg: Any, exp_dir: Path, *, step: int = 1, steps_per_epoch: int
     the subclass's, and the verl code they call runs on these attributes.
     """
     from seal.trainer.hooks import SealHooks
-    from seal.trainer.verl.trainer import SealRayPPOTrainer
+    from seal.trainer.verl.trainer import SealRayPPOTrainer, use_seal_grpo
 
     trainer = object.__new__(SealRayPPOTrainer)
-    trainer.config = cfg
+    trainer.config = copy.deepcopy(cfg)
+    use_seal_grpo(trainer.config)  # as __init__ does
     trainer.seal_hooks = SealHooks(cfg, exp_dir)
     trainer.global_steps = step
     trainer.total_training_steps = total_steps
