@@ -1,6 +1,6 @@
 """Run an experiment: ``python launcher.py --conf exp/X.yaml [--with-env] [-- key=value ...]``.
 
-* ``--conf`` names an experiment YAML (composed on verl's config and ``exp/seal_base.yaml``);
+* ``--conf`` names an experiment YAML (composed on verl's config and the SEAL schema, ``exp/seal_base.yaml``);
   Hydra overrides follow ``--`` or are given bare (``key=value``).
 * ``--with-env`` (alias ``--with-bfcl``) starts the environment service of ``env_service.env``
   (``python -m env_service --env <name>``) over HTTP when nothing answers at ``env_service.url``
@@ -175,15 +175,13 @@ def dispatch(cfg, exp_dir: Path) -> None:
 
 def explicit_service(cfg, overrides: Sequence[str]) -> bool:
     """Whether the experiment names its environment service itself (command line or YAML) rather
-    than leaving exp/seal_base.yaml's default."""
-    from omegaconf import OmegaConf
-
-    from seal.config import BASE_YAML
+    than leaving the schema's default."""
+    from seal.schema import schema_default
 
     if any(o.lstrip("+").startswith(("env_service.url=", "env_service.urls=")) for o in overrides):
         return True
-    base = OmegaConf.load(BASE_YAML).env_service
-    return cfg.env_service.url != base.url or list(cfg.env_service.urls or []) != list(base.urls)
+    return (cfg.env_service.url != schema_default("env_service.url")
+            or list(cfg.env_service.urls or []) != list(schema_default("env_service.urls")))
 
 
 def choose_service(cfg, overrides: Sequence[str], with_env: bool) -> None:

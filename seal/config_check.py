@@ -2,15 +2,18 @@
 
 :func:`check_config` runs after Hydra has composed the tree and before the model, Ray or the
 environment service start. It reads only YAML, the task store's ids and file names (never a
-model or tokenizer), and fails with one :class:`~seal.config.ConfigError` line naming the key:
+model or tokenizer), and fails with one :class:`~seal.config_base.ConfigError` line naming the key.
+Every composition runs the SEAL part; ``full`` adds the rest:
 
-* a key that exists nowhere in the reference tree (verl's installed ``ppo_trainer`` config plus
-  ``exp/seal_base.yaml``), with the nearest existing key;
-* a value whose type differs from the reference default's (``data.train_batch_size=abc:
-  expected int (fix: ...)``); verl's keys are checked like SEAL's;
-* a task id in ``seal.tasks.{train,val}_ids`` the task store does not hold (with the nearest
-  real id), a ``data.{train,val}_files`` entry that does not exist;
-* a local model folder that does not exist (hub look-ups would take about a minute to fail).
+* ``seal.plugins`` are imported first (they may register tags, reweighters, environments);
+* the SEAL blocks (``trainer.backend`` and the other keys of :mod:`seal.schema`, ``env_service.*``,
+  ``seal.*``): every key a field of the schema, of its type (strings strictly), with the nearest
+  key named; a plug-in reweighter's block by its own config class;
+* the environment's params block (``env_service.<env>``) by the environment alone: its interface
+  blocks, then its own params model (``Environment.check_params``);
+* ``full``: verl's keys against verl's installed ``ppo_trainer`` config (a number where verl
+  wants a string is accepted); task ids in ``seal.tasks.{train,val}_ids`` against the task store
+  (with the nearest real id); ``data.{train,val}_files`` on disk; a local model folder.
 
 Settings that contradict each other without being wrong (an explicit id list next to a data
 file) produce one warning saying which one wins.
@@ -27,7 +30,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
+
+from seal import schema
+from seal.config_base import REPO_ROOT, ConfigError, to_plain
 
 log = logging.getLogger(__name__)
 
@@ -40,24 +46,31 @@ _NOT_IN_STRUCT = re.compile(r"Could not override '([^']+)'")
 _TYPE_NAMES = {bool: "true or false", int: "int", float: "number", str: "string"}
 
 
-def _error(message: str) -> Exception:
-    from seal.config import ConfigError
+BACKENDS = ("verl", "local")
+# The SEAL blocks: checked against the schema (strings strictly), not against verl's tree.
+SEAL_BLOCKS = ("env_service", "seal")
 
+
+def _error(message: str) -> Exception:
     return ConfigError(message)
 
 
 @functools.lru_cache(maxsize=1)
 def reference_tree() -> dict[str, Any]:
-    """verl's installed ``ppo_trainer`` config merged with ``exp/seal_base.yaml``, resolved."""
+    """verl's installed ``ppo_trainer`` config merged with the SEAL schema and ``exp/seal_base.yaml``."""
     from hydra import compose, initialize_config_module
-
-    from seal.config import BASE_YAML
 
     with initialize_config_module("verl.trainer.config", version_base=None):
         verl = compose(config_name="ppo_trainer")
     merged = OmegaConf.merge(OmegaConf.to_container(verl, resolve=True, throw_on_missing=False),
-                             OmegaConf.load(BASE_YAML))
+                             schema.default_config())
     return OmegaConf.to_container(merged, resolve=True, throw_on_missing=False)
+
+
+@functools.lru_cache(maxsize=1)
+def seal_reference() -> dict[str, Any]:
+    """The SEAL blocks' reference: the schema's defaults with exp/seal_base.yaml's recipe values."""
+    return OmegaConf.to_container(schema.default_config(), resolve=True)
 
 
 def all_keys(tree: Any, prefix: str = "") -> list[str]:
@@ -100,8 +113,13 @@ def rewrite_hydra_error(message: str) -> str:
     return message.strip().splitlines()[0] if message.strip() else message
 
 
-def check_config(cfg: DictConfig, overrides: Sequence[str] = ()) -> list[str]:
-    """Every check above; returns the warnings it logged, raises ConfigError on the first error."""
+def check_config(cfg: DictConfig, overrides: Sequence[str] = (), *, full: bool = True) -> list[str]:
+    """Every check above (``full=False``: the SEAL part only); returns the warnings it logged,
+    raises ConfigError on the first error."""
+    load_plugins(cfg)
+    check_seal_blocks(cfg)
+    if not full:
+        return []
     added = tuple(o.lstrip("+").split("=", 1)[0] for o in overrides if o.startswith("+"))
     try:
         plain = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
@@ -110,36 +128,115 @@ def check_config(cfg: DictConfig, overrides: Sequence[str] = ()) -> list[str]:
         raise _error(f"{key}: cannot resolve its value ({str(exc).splitlines()[0]})") from exc
     # Types are checked where a value is written: an interpolation (verl's `rollout_n:
     # ${...rollout.n}`) is judged at the key it points to, so the error names the key the user set.
-    added += environment_blocks(plain)
-    added += reweighter_blocks(plain)
-    check_keys_and_types(OmegaConf.to_container(cfg, resolve=False), reference_tree(), added=added)
-    check_environment(plain)
+    verl_side = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k not in SEAL_BLOCKS}
+    check_keys_and_types(verl_side, reference_tree(), added=added)
     check_model_path(plain)
     return check_tasks(plain)
 
 
-def environment_blocks(plain: dict[str, Any]) -> tuple[str, ...]:
-    """The params blocks of registered environments that exp/seal_base.yaml does not hold
-    (``env_service.notes``): each environment checks its own (:func:`check_environment`)."""
+def load_plugins(cfg: DictConfig) -> None:
+    """Import the ``seal.plugins`` modules first: they may register tags, reweighters and
+    environments the rest of the config names."""
+    from seal.plugins import load_plugins as load
+
+    modules = to_plain(OmegaConf.select(cfg, "seal.plugins")) or []
+    if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
+        raise _error(f"seal.plugins={modules!r}: expected a list of module names")
+    try:
+        load(modules)
+    except ValueError as exc:
+        raise _error(str(exc)) from exc
+
+
+def check_seal_blocks(cfg: DictConfig) -> None:
+    """The SEAL blocks against the schema, the environment's params block by the environment."""
+    for top in SEAL_BLOCKS:
+        if top not in cfg:
+            raise _error(f"{top}: block missing; compose the experiment on exp/seal_base.yaml")
+    check_environment(cfg)
+    ref = seal_reference()
+    for top in SEAL_BLOCKS:
+        _check_node(cfg[top], ref[top], top)
+    backend = OmegaConf.select(cfg, "trainer.backend")
+    if backend not in BACKENDS:
+        raise _error(f"trainer.backend={backend!r}: choose one of {list(BACKENDS)}")
+
+
+def _check_node(node: Any, ref: Any, path: str) -> None:
+    if path in OPEN_PREFIXES:
+        _check_tag_weights(node, path)
+        return
+    if isinstance(ref, dict):
+        if not isinstance(node, DictConfig):
+            raise _error(f"{path}: expected a mapping, got {type(node).__name__}")
+        for key in node:
+            sub = f"{path}.{key}"
+            if key in ref:
+                _check_node(node[key], ref[key], sub)
+            elif path == "env_service" and _is_environment(str(key)):
+                continue  # an environment's params block: check_environment judged it
+            elif not (path == "seal.advantage" and _check_reweighter_block(str(key), node[key])):
+                near = nearest(str(key), [str(k) for k in ref])
+                hint = f"did you mean {path}.{near}?" if near else f"known: {', '.join(str(k) for k in ref)}"
+                raise _error(f"{sub}: unknown key ({hint})")
+        return
+    if path.startswith("env_service.") and _is_environment(path.split(".")[1]):
+        return
+    value = to_plain(node)
+    problem = type_problem(value, ref, path, strict_strings=True)
+    if problem:
+        raise _error(f"{path}={show(value)}: expected {problem}")
+
+
+def _is_environment(name: str) -> bool:
     from env_service.registry import known_environments
 
-    base = reference_tree().get("env_service") or {}
-    return tuple(f"env_service.{name}" for name in known_environments() if name not in base)
+    return name in known_environments()
 
 
-def check_environment(plain: dict[str, Any]) -> None:
-    """``env_service.env`` names a registered environment, whose own check accepts its params block."""
+def _check_reweighter_block(name: str, block: Any) -> bool:
+    """Whether ``seal.advantage.<name>`` is a registered reweighter's block; its own config
+    class checks it."""
+    from seal.advantage import get_reweighter_spec
+
+    try:
+        spec = get_reweighter_spec(name)
+    except KeyError:
+        return False
+    try:
+        spec.build_config(to_plain(block))
+    except (ValueError, TypeError) as exc:
+        raise _error(str(exc)) from exc
+    return True
+
+
+def _check_tag_weights(node: Any, path: str) -> None:
+    from seal.tags import known_tags
+
+    if not isinstance(node, DictConfig):
+        raise _error(f"{path}: expected a mapping of tag -> weight")
+    known = known_tags()
+    for key, value in node.items():
+        if key not in known:
+            raise _error(f"{path}.{key}: unknown failure tag (known: {', '.join(sorted(known))})")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _error(f"{path}.{key}={value!r}: expected a number")
+
+
+def check_environment(cfg: DictConfig) -> None:
+    """``env_service.env`` names a registered environment (``seal.plugins`` were imported first,
+    so a plug-in's name is known), whose own checks accept its params block: the interface
+    blocks, then its params model."""
     from pydantic import ValidationError
 
     from env_service.host import validation_summary
     from env_service.registry import get_environment, known_environments, unknown_environment_message
 
-    service = plain.get("env_service") or {}
-    name = service.get("env") or "bfcl"
+    name = OmegaConf.select(cfg, "env_service.env")
     if name not in known_environments():
-        raise _error(f"env_service.env={name}: {unknown_environment_message(name)}")
+        raise _error(f"env_service.env={name!r}: {unknown_environment_message(name)}")
     env = get_environment(name)
-    block = service.get(name)
+    block = to_plain(cfg.env_service.get(name))
     if block is None:
         return
     if not isinstance(block, dict):
@@ -164,17 +261,6 @@ def check_interface(block: dict[str, Any], env: Any) -> None:
         check_interface_blocks(block, env.interface_blocks, env=env.name, where=f"env_service.{env.name}")
     except ValueError as err:
         raise _error(str(err)) from None
-
-
-def reweighter_blocks(plain: dict[str, Any]) -> tuple[str, ...]:
-    """The ``seal.advantage.<name>`` blocks of registered reweighters that exp/seal_base.yaml does
-    not hold: each reweighter's own config class checks its block (``seal.config.validate_config``)."""
-    from seal.advantage import REWEIGHTERS, get_reweighter_spec
-
-    get_reweighter_spec("apatch")  # the built-in reweighters register on import
-    base = (reference_tree().get("seal") or {}).get("advantage") or {}
-    present = ((plain.get("seal") or {}).get("advantage")) or {}
-    return tuple(f"seal.advantage.{name}" for name in REWEIGHTERS if name in present and name not in base)
 
 
 def check_keys_and_types(node: Any, ref: Any, *, path: str = "", added: Sequence[str] = ()) -> None:
@@ -240,8 +326,6 @@ def looks_local(path: str) -> bool:
     p = Path(os.path.expanduser(path))
     if p.is_absolute() or path.startswith((".", "~")) or len(p.parts) > 2:
         return True
-    from seal.config import REPO_ROOT
-
     # `models/X`: the first part is a folder here (or in the project), so this is not `org/name`.
     return len(p.parts) == 2 and any((root / p.parts[0]).is_dir() for root in (Path.cwd(), REPO_ROOT))
 
@@ -249,8 +333,6 @@ def looks_local(path: str) -> bool:
 def check_model_path(plain: dict[str, Any]) -> None:
     """A local model folder must exist; checked before any ``from_pretrained`` (which would try
     the hub for about a minute before failing)."""
-    from seal.config import REPO_ROOT
-
     model = (plain.get("actor_rollout_ref") or {}).get("model") or {}
     for key in ("path", "tokenizer_path"):
         value = model.get(key)
@@ -291,8 +373,6 @@ def check_hub_model(key: str, repo_id: str, *, timeout_s: float = 10.0) -> None:
 
 def resolve_data_file(value: str) -> Path:
     """A data file as the trainers find it: as given, else relative to the project."""
-    from seal.config import REPO_ROOT
-
     p = Path(os.path.expanduser(value))
     if not p.is_absolute() and not p.exists() and (REPO_ROOT / p).exists():
         return REPO_ROOT / p

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import Cache
 
-from seal.config import ConfigError
+from seal.config_base import ConfigError
 from seal.engine.attention import PREFIX_KWARG, PrefixGroup, prefix_groups_supported
 from seal.engine.kv_cache import BufferLayer, Entry, KVShape, common_prefix
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from seal.config import ConfigError
+from seal.config_base import ConfigError
 
 logger = logging.getLogger(__name__)
 

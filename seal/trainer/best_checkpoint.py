@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from seal.config import ConfigError
+from seal.config_base import ConfigError
 
 logger = logging.getLogger(__name__)
 

@@ -80,7 +80,7 @@ def _verl_progress(cfg: DictConfig, root: Path) -> tuple[int | None, int | None]
         return None, None
     total = _explicit_total(cfg)
     if total is None:
-        from seal.config import ConfigError
+        from seal.config_base import ConfigError
         from seal.trainer.tasks import select_task_ids
 
         try:

@@ -33,7 +33,7 @@ import torch
 from omegaconf import DictConfig
 
 from seal.advantage import REWEIGHTERS, TAG_WEIGHTS, get_reweighter_spec
-from seal.config import ConfigError, to_plain
+from seal.config_base import ConfigError, to_plain
 from seal.diagnosis.state import CapabilityState
 from seal.plugins import load_plugins
 from seal.environment import env_params_block

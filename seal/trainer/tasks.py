@@ -10,7 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from seal.config import REPO_ROOT, ConfigError, to_plain
+from seal.config_base import REPO_ROOT, ConfigError, to_plain
 from seal.environment import environment, task_categories
 from seal.tags import known_tags, tag_definitions
 from seal.types import PaperLabel

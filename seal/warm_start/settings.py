@@ -9,23 +9,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from seal.config import REPO_ROOT, ConfigError
+from seal.config_base import REPO_ROOT, ConfigError, to_plain
+from seal.schema import WarmStartKeys
 
 
 @dataclass(frozen=True)
-class WarmStartSettings:
-    """The block ``seal.warm_start`` (see exp/seal_base.yaml for each key's meaning)."""
-
-    enable: bool = False
-    task_ids: tuple[str, ...] | None = None
-    max_tasks: int | None = None
-    exclude_from_rl: bool = True
-    epochs: int = 2
-    lr: float = 5e-5
-    batch_size: int = 1
-    grad_clip: float = 1.0
-    seed: int = 0
-    output: str | None = None
+class WarmStartSettings(WarmStartKeys):
+    """The block ``seal.warm_start``; its fields, defaults and docs are the schema's :class:`WarmStartKeys`."""
 
     def __post_init__(self) -> None:
         for key in ("epochs", "batch_size"):
@@ -38,8 +28,6 @@ class WarmStartSettings:
 
     @classmethod
     def from_config(cls, cfg: Any) -> WarmStartSettings:
-        from seal.config import to_plain
-
         block = cfg.seal.get("warm_start") if cfg.get("seal") is not None else None
         data = dict(to_plain(block) or {})
         if data.get("task_ids") is not None:

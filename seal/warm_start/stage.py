@@ -20,7 +20,7 @@ from typing import Any
 
 from omegaconf import DictConfig, open_dict
 
-from seal.config import ConfigError
+from seal.config_base import ConfigError
 from seal.warm_start.settings import (WarmStartSettings, check_disjoint, default_output, fingerprint,
                                       warm_start_task_ids)
 from seal.warm_start.transcripts import Transcript, build_transcripts

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from seal.config import ConfigError
+from seal.config_base import ConfigError
 
 logger = logging.getLogger(__name__)
 

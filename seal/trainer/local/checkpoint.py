@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from seal.config import ConfigError
+from seal.config_base import ConfigError
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from seal.config import ConfigError
+from seal.config_base import ConfigError
 
 
 @dataclass

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from seal.config import ConfigError
+from seal.config_base import ConfigError
 from seal.engine.precision import AUTOCAST_DTYPES, log_choice, resolve_autocast
 from seal.environment import task_categories
 from seal.trainer import RunStopped

@@ -31,7 +31,7 @@ from torch.utils.data import Dataset
 
 from env_service.registry import DEFAULT_ENVIRONMENT, get_environment
 
-from seal.config import ConfigError
+from seal.config_base import ConfigError
 from seal.environment import environment_name
 
 logger = logging.getLogger(__name__)

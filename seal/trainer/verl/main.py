@@ -24,7 +24,7 @@ from typing import Any
 import ray
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from seal.config import REPO_ROOT, ConfigError
+from seal.config_base import REPO_ROOT, ConfigError
 from verl.trainer.main_ppo_v0 import BaseTaskRunner
 
 logger = logging.getLogger(__name__)

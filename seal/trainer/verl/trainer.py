@@ -41,7 +41,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from seal.advantage.grpo import SEAL_GRPO
-from seal.config import ConfigError
+from seal.config_base import ConfigError
 from seal.eval.logs import ValidationLogWriter
 from seal.trainer.best_checkpoint import BestCheckpointKeeper, BestCheckpointSettings
 from seal.trainer.hooks import SealHooks

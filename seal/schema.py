@@ -1,0 +1,302 @@
+"""The SEAL config schema: every SEAL key of an experiment config, with its one default and its doc.
+
+Each block is a dataclass; a field's default is the paper release's recipe and its ``doc`` (field
+metadata) says what it does. Blocks whose settings class predates the schema are that class
+(:class:`~seal.rewards.RewardConfig`, :class:`~seal.advantage.weights.APatchConfig`); their docs
+sit in :data:`DOCS`. A settings class built from one block may instead extend the block's dataclass
+(:class:`~seal.warm_start.settings.WarmStartSettings` extends :class:`WarmStartKeys`).
+:func:`register` stores the defaults in Hydra's ConfigStore as the config ``seal_schema``, which
+``exp/seal_base.yaml`` names first in its defaults list: the composed config holds every key (so a
+Hydra override of any key works) as a plain DictConfig, the only kind verl and its Ray workers see.
+
+The per-episode params block of an environment (``env_service.<env>``, e.g. ``env_service.bfcl``)
+is the environment's own: its pydantic params model is its schema (``Environment.check_params``);
+``exp/seal_base.yaml`` holds the recipe's values for BFCL.
+
+Adding a knob is one field in one dataclass here (or in the block's settings class).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from seal.advantage.weights import APatchConfig
+from seal.config_base import BASE_YAML, select, to_plain  # noqa: F401  (select: re-exported for readers)
+from seal.rewards import RewardConfig
+
+SCHEMA_NAME = "seal_schema"
+
+
+def knob(default: Any, doc: str) -> Any:
+    """A schema field: its one default and its one doc."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata={"doc": doc})
+    return field(default=default, metadata={"doc": doc})
+
+
+@dataclass
+class TrainerKeys:
+    """SEAL's keys under verl's ``trainer`` block."""
+
+    backend: str = knob("verl", "Which trainer runs the recipe: verl (Ray + FSDP + vLLM, GPUs) or local "
+                        "(one process, CPU or one GPU); both read the same verl keys.")
+    save_best_checkpoint: bool = knob(False, "After every validation pass, checkpoint a step strictly better "
+                                      "than every earlier one (global_step_<k>, named in best_checkpoint.json "
+                                      "and the `best` link).")
+    keep_only_best_checkpoint: bool = knob(True, "Delete every other global_step_* folder except the latest "
+                                           "(the resume point).")
+    best_checkpoint_metric: str | None = knob(None, "The compared score; null = the alphabetically first "
+                                              "per-category pass rate (the release's choice).")
+    best_checkpoint_mode: str = knob("max", "max | min.")
+    save_best_checkpoint_in_val_only: bool = knob(False, "A validation-only run saves a best checkpoint only "
+                                                  "with this on.")
+
+
+@dataclass
+class EnvServiceKeys:
+    """``env_service``: which environment, and where its service listens."""
+
+    env: str = knob("bfcl", "The environment, by its registered name (bfcl, notes, or a plug-in's); its "
+                    "per-episode params are the block env_service.<env>.")
+    url: str | None = knob("http://127.0.0.1:8082", "Where the environment service listens; local backend: "
+                           "null (with urls empty) runs it in-process.")
+    urls: list = knob([], "Several service replicas (each episode sticks to one); overrides url when non-empty.")
+    timeout_s: float = knob(60.0, "Per-request timeout of the environment client (seconds).")
+
+
+@dataclass
+class DiagnosisKeys:
+    """``seal.diagnosis``: where the capability state and the epoch stats are saved."""
+
+    state_dir: str | None = knob(None, "Capability-state folder; null = experiments/<name>/diagnostic_state.")
+    stats_dir: str | None = knob(None, "Epoch-stats folder; null = experiments/<name>/diagnostic_stats.")
+    save_every_n_steps: int = knob(0, "Save the state every N steps as well as at each epoch end and with "
+                                   "every checkpoint (0 = no).")
+
+
+@dataclass
+class AdvantageKeys:
+    """``seal.advantage``: the reweighter applied to the GRPO advantages."""
+
+    reweighter: str = knob("apatch", "apatch, identity, or one a plug-in registers; each reads its own block "
+                           "seal.advantage.<name>.")
+    apatch: APatchConfig = field(default_factory=APatchConfig, metadata={"doc": "A-Patch's settings."})
+
+
+@dataclass
+class RolloutKeys:
+    """``seal.rollout``: the episode budget and options (read by :class:`seal.rollout.settings.RolloutSettings`)."""
+
+    max_llm_calls: int = knob(20, "LLM calls per episode (the release counts the whole episode, not one turn).")
+    max_llm_calls_per_turn: int | None = knob(None, "Optional per-turn cap on LLM calls (null = none).")
+    max_env_tokens: int = knob(4096, "Observations are clipped to this many tokens.")
+    few_shot: bool = knob(False, "Prepend a short tool-use example conversation to every prompt (off in the "
+                          "paper's recipe).")
+    env_retries: int = knob(1, "An episode whose environment fails is retried this many times, then counted as "
+                            "an environment fault (never trained on).")
+    max_tokens_per_call: int | None = knob(None, "New tokens per LLM call (null = actor_rollout_ref.rollout."
+                                           "response_length, as the release).")
+    episode_budget: str = knob("context", "What ends an episode besides max_llm_calls. context (the release's): "
+                               "no LLM call once the raw context reaches max_model_len - response_length; the "
+                               "episode is scored whole and only its training tensors are cut. response: the "
+                               "continuation after the prompt stops at max_response_length.")
+
+
+@dataclass(frozen=True)
+class WarmStartKeys:
+    """``seal.warm_start``: supervised warm start before RL (an extension, off in the paper's recipe).
+
+    The policy is fine-tuned on the oracle episodes of training tasks (their ground truth replayed
+    through the episode runner with the training interface), once; later runs reuse the checkpoint
+    with the same fingerprint. Local backend: on seal.local.device; verl backend: verl's SFT trainer.
+    """
+
+    enable: bool = knob(False, "Run the warm start before RL.")
+    task_ids: tuple[str, ...] | None = knob(None, "Its tasks (training tasks only); null = the environment's "
+                                            "train split.")
+    max_tasks: int | None = knob(None, "The first N of those tasks (null = all).")
+    exclude_from_rl: bool = knob(True, "Leave the warm start's tasks out of RL training, so the RL curve is "
+                                 "measured on tasks the warm start never imitated.")
+    epochs: int = knob(2, "Passes over the transcripts.")
+    lr: float = knob(5.0e-5, "Learning rate.")
+    batch_size: int = knob(1, "Transcripts per optimizer step (token-mean loss over them).")
+    grad_clip: float = knob(1.0, "Gradient-norm clip.")
+    seed: int = knob(0, "Seed of the fine-tune.")
+    output: str | None = knob(None, "The checkpoint folder; null = models/warm_start/<model>-<env>-<fingerprint>.")
+
+
+@dataclass
+class LocalKeys:
+    """``seal.local``: the local trainer (``trainer.backend: local``); the verl backend ignores it."""
+
+    device: str = knob("auto", "cpu | cuda | cuda:<i> | auto (cuda when available).")
+    autocast: str = knob("auto", "Autocast dtype (auto | bf16 | fp16 | none). auto: bf16 where the device runs "
+                         "it natively, fp32 otherwise; the weights stay fp32.")
+    generation_batch_size: int = knob(16, "Most requests batched into one HF generate call.")
+    shared_prefix_min_tokens: int = knob(128, "Rows of a generation batch sharing at least this many leading "
+                                         "tokens read them once per forward (0 = off).")
+    max_concurrent_episodes: int = knob(16, "Most episodes in flight at once.")
+    max_fault_fraction: float = knob(0.5, "Stop the run when more than this fraction of a step's episodes "
+                                     "fault (after retries); below it they are left out of the update.")
+    tensorboard: bool = knob(True, "Also write scalars to experiments/<name>/tensorboard/.")
+    progress_bars: bool = knob(True, "tqdm progress bars for rollouts and validation.")
+
+
+@dataclass
+class TasksKeys:
+    """``seal.tasks``: which tasks train and validate (by default those of data.train_files / val_files)."""
+
+    train_ids: list | None = knob(None, "Explicit training task ids; override data.train_files when set.")
+    val_ids: list | None = knob(None, "Explicit validation task ids; override data.val_files when set.")
+    categories: list | None = knob(None, "Keep only these categories (e.g. [multi_turn_base]); null = all.")
+    from_tags: list | None = knob(None, "Train only on the training tasks whose episodes in from_log carry any "
+                                  "of these tags (validation tasks are never filtered); null = no filter.")
+    from_log: str | None = knob(None, "The validation log (file, or validation_log / seal eval --out folder) "
+                                "that from_tags reads.")
+    max_prompt_tokens: int | None = knob(None, "Keep only tasks whose real initial prompt has at most this many "
+                                         "tokens; null: on verl the training split uses data.max_prompt_length.")
+    max_train_tasks: int | None = knob(None, "Keep the first N training tasks after the filters; null = all.")
+    max_val_tasks: int | None = knob(None, "Keep the first N validation tasks after the filters; null = all.")
+
+
+@dataclass
+class SealKeys:
+    """``seal``: diagnosis-driven training."""
+
+    enable: bool = knob(True, "Master switch; false = vanilla GRPO (no capability state, no A-Patch, no "
+                        "guideline evolution).")
+    plugins: list = knob([], "Modules imported before the run that register failure tags and advantage "
+                         "reweighters (docs/extending.md).")
+    diagnosis: DiagnosisKeys = field(default_factory=DiagnosisKeys, metadata={"doc": ""})
+    advantage: AdvantageKeys = field(default_factory=AdvantageKeys, metadata={"doc": ""})
+    reward: RewardConfig = field(default_factory=RewardConfig, metadata={"doc": ""})
+    rollout: RolloutKeys = field(default_factory=RolloutKeys, metadata={"doc": ""})
+    warm_start: WarmStartKeys = field(default_factory=WarmStartKeys, metadata={"doc": ""})
+    local: LocalKeys = field(default_factory=LocalKeys, metadata={"doc": ""})
+    tasks: TasksKeys = field(default_factory=TasksKeys, metadata={"doc": ""})
+
+
+@dataclass
+class Schema:
+    """The SEAL keys of a composed experiment config."""
+
+    trainer: TrainerKeys = field(default_factory=TrainerKeys)
+    env_service: EnvServiceKeys = field(default_factory=EnvServiceKeys)
+    seal: SealKeys = field(default_factory=SealKeys)
+
+
+# Docs of the fields of the settings classes the schema reuses (their modules own the defaults).
+DOCS = {
+    "seal.reward.mode": "binary (the paper's recipe) | capped | progress.",
+    "seal.reward.partial_credit_cap": "capped: the most a failed episode earns.",
+    "seal.reward.partial_credit_weight": "Weight of the partial credit of a failed episode.",
+    "seal.reward.cap_decay": "capped: decay the cap linearly to min_cap over trainer.total_epochs.",
+    "seal.reward.min_cap": "capped with cap_decay: the cap's floor.",
+    "seal.reward.irrelevance_weight": "Weight of the partial credit of an irrelevance task.",
+    "seal.reward.scorable_floor": "Floor a scorable failed episode's reward above an unscorable one's.",
+    "seal.advantage.apatch.enable": "A-Patch's own switch (seal.enable=false turns it off too).",
+    "seal.advantage.apatch.min_scale": "Smallest advantage scale.",
+    "seal.advantage.apatch.max_scale": "Largest advantage scale.",
+    "seal.advantage.apatch.apply_to": "Which rows are reweighted (all | failures | ...).",
+    "seal.advantage.apatch.warmup_steps": "Steps before A-Patch starts reweighting.",
+    "seal.advantage.apatch.metric_prefix": "Prefix of A-Patch's logged metrics.",
+    "seal.advantage.apatch.tag_weights": "Weight per failure tag; a partial map is merged over the registered "
+                                         "tags' defaults.",
+    "seal.advantage.apatch.dynamic.enable": "Closed-loop (EMA) update of the tag weights from the capability state.",
+    "seal.advantage.apatch.dynamic.ema_beta": "EMA step of the dynamic weights.",
+    "seal.advantage.apatch.dynamic.prevalence_alpha": "How strongly a tag's prevalence raises its weight.",
+    "seal.advantage.apatch.dynamic.confidence_samples": "Samples before a tag's statistics count fully.",
+    "seal.advantage.apatch.budget.enable": "Squeeze the scales toward 1 and renormalise their mean (off in SEAL).",
+    "seal.advantage.apatch.budget.min_scale": "Smallest scale after the squeeze.",
+    "seal.advantage.apatch.budget.max_scale": "Largest scale after the squeeze.",
+    "seal.advantage.apatch.budget.strength": "How far the scales move toward 1.",
+    "seal.advantage.apatch.budget.normalize_mean": "Renormalise the scales' mean to target_mean.",
+    "seal.advantage.apatch.budget.target_mean": "The mean scale normalize_mean aims at.",
+}
+
+
+def _plain_value(value: Any) -> Any:
+    if dataclasses.is_dataclass(value):
+        return {f.name: _plain_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, Mapping):
+        return {str(k): _plain_value(v) for k, v in value.items()}
+    return value
+
+
+def default_tree() -> dict[str, Any]:
+    """The schema's defaults as a plain nested dict (``{"trainer": ..., "env_service": ..., "seal": ...}``)."""
+    return _plain_value(Schema())
+
+
+def default_config() -> DictConfig:
+    """The schema's defaults plus exp/seal_base.yaml's recipe values, without verl's keys."""
+    base = OmegaConf.load(BASE_YAML)
+    base.pop("defaults", None)
+    return OmegaConf.merge(default_tree(), base)
+
+
+def register() -> None:
+    """Store the defaults in Hydra's ConfigStore as ``seal_schema`` (idempotent)."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name=SCHEMA_NAME, node=default_tree())
+
+
+def entries(node: Any = None, prefix: str = "") -> Iterator[tuple[str, Any, str]]:
+    """``(dotted key, default, doc)`` of every leaf key of the schema."""
+    node = Schema() if node is None else node
+    for f in dataclasses.fields(node):
+        key = f"{prefix}{f.name}"
+        value = getattr(node, f.name)
+        if dataclasses.is_dataclass(value):
+            yield from entries(value, key + ".")
+        else:
+            yield key, _plain_value(value), f.metadata.get("doc") or DOCS.get(key, "")
+
+
+def is_field(key: str) -> bool:
+    """Whether the dotted ``key`` is a block or a leaf of the schema."""
+    node: Any = default_tree()
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+_ABSENT = object()
+
+
+def schema_default(key: str) -> Any:
+    """The schema's default of the dotted ``key`` (KeyError when the schema has no such key)."""
+    node: Any = default_tree()
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise KeyError(f"{key}: not a key of the SEAL config schema (seal/schema.py)")
+        node = node[part]
+    return node
+
+
+def setting(cfg: Any, key: str) -> Any:
+    """``cfg``'s value at the schema key ``key``; the schema's default where ``cfg`` lacks the key
+    (a bare verl config, a plain dict in a test). An explicit null stays null."""
+    if cfg is not None:
+        if isinstance(cfg, (DictConfig, ListConfig)):
+            value = OmegaConf.select(cfg, key, default=_ABSENT)
+        else:
+            value = cfg
+            for part in key.split("."):
+                if not isinstance(value, Mapping) or part not in value:
+                    value = _ABSENT
+                    break
+                value = value[part]
+        if value is not _ABSENT:
+            return to_plain(value)
+    return schema_default(key)
