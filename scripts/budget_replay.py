@@ -55,7 +55,7 @@ def tool_call_parser(cfg: Any, mode: str) -> str:
     """The ``tool_call_parser`` a BFCL episode of ``cfg`` in rollout ``mode`` parses calls with
     (an explicit key, else the one its ``tool_prompt_mode`` pairs with)."""
     from env_service.bfcl.episode import EpisodeParams
-    from seal.rollout.settings import episode_params
+    from seal.environment import episode_params
 
     return str(EpisodeParams.model_validate(episode_params(cfg, mode, None)).tool_call_parser)
 

@@ -28,8 +28,8 @@ def protocol_from_args(args: argparse.Namespace, user_params: dict[str, Any]) ->
     reads it: the episode budget (:class:`RolloutSettings`), the environment (``env_service.env``)
     and each episode's ``/create`` params (its block in ``validate`` mode, ``--params`` on top)."""
     from seal.config import ConfigError, compose_config
-    from seal.environment import environment_name
-    from seal.rollout.settings import RolloutSettings, episode_params
+    from seal.environment import environment_name, episode_params
+    from seal.rollout.settings import RolloutSettings
 
     try:
         cfg = compose_config(args.conf, list(args.conf_overrides), check=False)

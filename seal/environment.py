@@ -1,22 +1,27 @@
-"""The trainer's view of the configured environment: its name, its params block, its tasks.
+"""The trainer's view of the configured environment: its name, its params, its tasks, its client.
 
-``env_service.env`` names the environment (a name of :mod:`env_service.registry`, ``bfcl`` by
-default); its per-episode parameters are the block ``env_service.<env>`` (``env_service.bfcl`` for
-BFCL). Task categories come from the environment's task store, never from the spelling of an id.
+``env_service.env`` names the environment (a name of :mod:`env_service.registry`); its per-episode
+parameters are the block ``env_service.<env>`` (``env_service.bfcl`` for BFCL), sent with every
+``/create`` (:func:`episode_params`). Task categories come from the environment's task store,
+never from the spelling of an id.
 """
 
 from __future__ import annotations
 
+import copy
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from env_service.registry import DEFAULT_ENVIRONMENT, Environment, get_environment
-from seal.rollout.settings import select
+from env_service.registry import Environment, get_environment
+from seal.schema import select, setting, to_plain
+
+log = logging.getLogger(__name__)
 
 
 def environment_name(cfg: Any) -> str:
-    """``env_service.env`` (``bfcl`` when the config has no such key)."""
-    return str(select(cfg, "env_service.env") or DEFAULT_ENVIRONMENT)
+    """``env_service.env`` (the schema's default when the config has no such key)."""
+    return str(setting(cfg, "env_service.env"))
 
 
 def environment(cfg: Any) -> Environment:
@@ -42,3 +47,47 @@ def task_categories(cfg: Any, task_ids: Iterable[str]) -> dict[str, str]:
         return env.categories_of(list(task_ids))
     except KeyError as err:
         raise ValueError(f"env_service.env={env.name}: {err.args[0]}") from None
+
+
+def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over`` merged in; nested mappings merge key by key, other values replace."""
+    out = copy.deepcopy(dict(base))
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(to_plain(value))
+    return out
+
+
+def episode_params(cfg: Any, rollout_mode: str, env_params: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``/create`` params: the environment's block (``env_service.<env>``, e.g.
+    ``env_service.bfcl``) + ``rollout_mode``, then the row's ``env_params``."""
+    base = env_params_block(cfg)
+    params = deep_merge(base, {"rollout_mode": rollout_mode})
+    if env_params:
+        env_params = to_plain(env_params)
+        if not isinstance(env_params, Mapping):
+            raise ValueError(f"dataset field env_params: expected a mapping, got {type(env_params).__name__}")
+        params = deep_merge(params, env_params)
+    return params
+
+
+def make_env_client(cfg: Any, *, retries: int | None = None) -> Any:
+    """An :class:`env_service.client.EnvClient` for ``env_service.urls`` / ``env_service.url``,
+    or an in-process service of ``env_service.env`` when both are unset (costly per episode:
+    inject a shared client). ``retries``: the HTTP client's own retries of idempotent calls
+    (default: the client's; the local trainer passes 0, its runner retries whole episodes)."""
+    from env_service.client import EnvClient
+
+    timeout = float(setting(cfg, "env_service.timeout_s"))
+    urls = select(cfg, "env_service.urls") or []
+    url = select(cfg, "env_service.url")
+    if not urls and not url:
+        log.info("environment service: in-process")
+        # seal.plugins first: one of them may register the environment (a no-op where the config
+        # check imported them already, needed where only the plain config travelled).
+        return EnvClient.in_process(env=environment_name(cfg), plugins=tuple(select(cfg, "seal.plugins") or ()))
+    target = list(urls) if urls else str(url)
+    log.info("environment service: %s", target)
+    return EnvClient(target, timeout_s=timeout, **({} if retries is None else {"retries": retries}))

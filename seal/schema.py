@@ -18,18 +18,22 @@ Adding a knob is one field in one dataclass here (or in the block's settings cla
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
+from env_service.registry import DEFAULT_ENVIRONMENT
 from seal.advantage.weights import APatchConfig
 from seal.config_base import BASE_YAML, select, to_plain  # noqa: F401  (select: re-exported for readers)
 from seal.rewards import RewardConfig
 
 SCHEMA_NAME = "seal_schema"
+_Block = TypeVar("_Block")
 
 
 def knob(default: Any, doc: str) -> Any:
@@ -61,7 +65,7 @@ class TrainerKeys:
 class EnvServiceKeys:
     """``env_service``: which environment, and where its service listens."""
 
-    env: str = knob("bfcl", "The environment, by its registered name (bfcl, notes, or a plug-in's); its "
+    env: str = knob(DEFAULT_ENVIRONMENT, "The environment, by its registered name (bfcl, notes, or a plug-in's); its "
                     "per-episode params are the block env_service.<env>.")
     url: str | None = knob("http://127.0.0.1:8082", "Where the environment service listens; local backend: "
                            "null (with urls empty) runs it in-process.")
@@ -261,9 +265,14 @@ def entries(node: Any = None, prefix: str = "") -> Iterator[tuple[str, Any, str]
             yield key, _plain_value(value), f.metadata.get("doc") or DOCS.get(key, "")
 
 
+@functools.lru_cache(maxsize=1)
+def _cached_tree() -> dict[str, Any]:
+    return default_tree()
+
+
 def is_field(key: str) -> bool:
     """Whether the dotted ``key`` is a block or a leaf of the schema."""
-    node: Any = default_tree()
+    node: Any = _cached_tree()
     for part in key.split("."):
         if not isinstance(node, dict) or part not in node:
             return False
@@ -271,32 +280,22 @@ def is_field(key: str) -> bool:
     return True
 
 
-_ABSENT = object()
-
-
 def schema_default(key: str) -> Any:
     """The schema's default of the dotted ``key`` (KeyError when the schema has no such key)."""
-    node: Any = default_tree()
+    node: Any = _cached_tree()
     for part in key.split("."):
         if not isinstance(node, dict) or part not in node:
             raise KeyError(f"{key}: not a key of the SEAL config schema (seal/schema.py)")
         node = node[part]
-    return node
+    return copy.deepcopy(node)
 
 
 def setting(cfg: Any, key: str) -> Any:
     """``cfg``'s value at the schema key ``key``; the schema's default where ``cfg`` lacks the key
-    (a bare verl config, a plain dict in a test). An explicit null stays null."""
-    if cfg is not None:
-        if isinstance(cfg, (DictConfig, ListConfig)):
-            value = OmegaConf.select(cfg, key, default=_ABSENT)
-        else:
-            value = cfg
-            for part in key.split("."):
-                if not isinstance(value, Mapping) or part not in value:
-                    value = _ABSENT
-                    break
-                value = value[part]
-        if value is not _ABSENT:
-            return to_plain(value)
-    return schema_default(key)
+    or holds null (a bare verl config, a plain dict in a test)."""
+    return select(cfg, key, schema_default(key))
+
+
+def block(cls: type[_Block], cfg: Any, key: str) -> _Block:
+    """The schema block ``cls`` at ``key`` of ``cfg``, typed (a missing key takes its default)."""
+    return cls(**(select(cfg, key) or {}))

@@ -161,7 +161,7 @@ def tool_call_parser(cfg: Any, mode: str) -> str:
     """The parser the episode reads calls with: BFCL's from its params (an explicit key, else the one
     its prompt mode pairs with); other environments parse ``<tool_call>`` JSON."""
     from seal.environment import environment_name
-    from seal.rollout.settings import episode_params
+    from seal.environment import episode_params
 
     if environment_name(cfg) != "bfcl":
         return "xml_json"
@@ -210,7 +210,9 @@ def replay(cfg: Any, task_id: str, mode: str, tokenizer: str) -> Replay:
     share the environment params, budget and tokenizer share the replay)."""
     from seal.environment import environment_name
     from seal.rollout.oracle_server import play_oracle
-    from seal.rollout.settings import RolloutSettings, episode_params, select
+    from seal.environment import episode_params
+    from seal.rollout.settings import RolloutSettings
+    from seal.schema import select
 
     parser = tool_call_parser(cfg, mode)
     env = environment_name(cfg)

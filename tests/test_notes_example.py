@@ -13,8 +13,7 @@ import pytest
 import launcher
 from env_service.client import EnvClient
 from seal.config import ConfigError, compose_config
-from seal.environment import env_params_block, environment_name, task_categories
-from seal.rollout.settings import episode_params, make_env_client
+from seal.environment import env_params_block, environment_name, episode_params, make_env_client, task_categories
 from seal.trainer.hooks import SealHooks
 from seal.trainer.tasks import select_task_ids
 from seal.trainer.verl.dataset import BfclTaskDataset, TaskDataset

@@ -25,12 +25,11 @@ _OBSERVATION_ROLES = frozenset({"user", "tool"})
 
 @dataclass
 class DiagnosisConfig:
-    """Capability-state bookkeeping settings (``seal.diagnosis``)."""
+    """Settings of the epoch stats and the state's save cadence. ``save_every_n_steps`` is the
+    config's ``seal.diagnosis.save_every_n_steps`` (the schema, :mod:`seal.schema`, holds its
+    default and doc; the trainer passes it); the other fields are not config keys."""
 
-    enable: bool = True
-    state_dir: str | None = None  # None: experiments/<name>/diagnostic_state (the trainer decides)
-    stats_dir: str | None = None  # None: experiments/<name>/diagnostic_stats
-    save_every_n_steps: int = 0  # 0: save at epoch ends and with every checkpoint only
+    save_every_n_steps: int = 0
     metric_prefix: str = "seal/diagnosis"
     top_errors: int = 20
     max_error_chars: int = 200

@@ -54,7 +54,9 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutp
 from seal.episode import RECORD_KEY, EpisodeResult, Evaluation
 from seal.rewards import RewardConfig, episode_reward
 from seal.rollout.few_shot import with_few_shot
-from seal.rollout.settings import RolloutSettings, episode_params, make_env_client, select
+from seal.environment import episode_params, make_env_client
+from seal.rollout.settings import RolloutSettings
+from seal.schema import select
 from seal.rollout.tokens import ChatFormat, TokenTrace, clip_text
 from seal.types import category_of
 

@@ -16,7 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 from seal.rollout.few_shot import with_few_shot
-from seal.rollout.settings import RolloutSettings, episode_params, select
+from seal.environment import episode_params
+from seal.rollout.settings import RolloutSettings
+from seal.schema import select
 from seal.rollout.tokens import ChatFormat
 
 logger = logging.getLogger(__name__)

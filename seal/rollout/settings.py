@@ -1,49 +1,23 @@
-"""The episode runner's settings, read from the experiment config, and its environment client.
+"""The episode runner's settings, read from the experiment config.
 
-Config keys (``exp/seal_base.yaml``): ``seal.rollout.{max_llm_calls, max_llm_calls_per_turn,
-max_env_tokens, few_shot, env_retries, max_tokens_per_call}``; verl's
-``actor_rollout_ref.rollout.{prompt_length, response_length, max_model_len}`` (or
-``data.max_prompt_length`` / ``data.max_response_length``); ``env_service.{url, urls, timeout_s,
-bfcl}``; ``seal.reward`` and ``trainer.total_epochs`` for the reward.
+Config keys: ``seal.rollout.*`` (:class:`seal.schema.RolloutKeys`, which holds each default and
+doc); verl's ``actor_rollout_ref.rollout.{prompt_length, response_length, max_model_len}`` (or
+``data.max_prompt_length`` / ``data.max_response_length``). The environment's side (the ``/create``
+params, the client) is :mod:`seal.environment`.
 """
 
 from __future__ import annotations
 
-import copy
-import logging
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
-
-log = logging.getLogger(__name__)
+from seal.schema import schema_default, select, setting
 
 # Release defaults (the SEAL recipe) for configs that lack a key, e.g. a bare verl config.
 _DEFAULT_PROMPT_LENGTH = 12288
 _DEFAULT_RESPONSE_LENGTH = 4096
 EPISODE_BUDGETS = ("context", "response")
-
-
-def _plain(node: Any) -> Any:
-    if isinstance(node, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(node, resolve=True)
-    return node
-
-
-def select(cfg: Any, key: str, default: Any = None) -> Any:
-    """``cfg``'s value at dotted ``key`` as plain Python (``default`` when absent or null)."""
-    if cfg is None:
-        return default
-    if isinstance(cfg, (DictConfig, ListConfig)):
-        value = OmegaConf.select(cfg, key, default=None)
-    else:
-        value = cfg
-        for part in key.split("."):
-            if not isinstance(value, Mapping) or part not in value:
-                return default
-            value = value[part]
-    return default if value is None else _plain(value)
+_R = "seal.rollout."
 
 
 def _positive_int(value: Any, key: str, *, allow_none: bool = False) -> int | None:
@@ -56,14 +30,9 @@ def _positive_int(value: Any, key: str, *, allow_none: bool = False) -> int | No
 
 @dataclass(frozen=True)
 class RolloutSettings:
-    """Limits and options of one episode (see ``seal.rollout`` in ``exp/seal_base.yaml``).
+    """Limits and options of one episode. The ``seal.rollout`` fields, their defaults and docs are
+    the schema's (:class:`seal.schema.RolloutKeys`); a field's default here is read from it.
 
-    ``max_llm_calls``: LLM calls per episode (release: 20, counted over the whole episode).
-    ``max_llm_calls_per_turn``: optional cap per user turn (None = none).
-    ``max_env_tokens``: each observation is clipped to this many tokens.
-    ``few_shot``: prepend the example conversation of :mod:`seal.rollout.few_shot`.
-    ``env_retries``: whole-episode retries after an environment failure.
-    ``max_tokens_per_call``: new tokens per LLM call (None = ``response_length``, the release's choice).
     ``prompt_length`` / ``response_length``: verl's padded widths; the response (all turns after the
     prompt, observations included) never exceeds ``response_length``.
     ``max_model_len``: the model's context (prompt + everything generated never exceeds it).
@@ -74,16 +43,16 @@ class RolloutSettings:
     prompt reaches ``response_length`` (nothing is cut, the episode is shorter).
     """
 
-    max_llm_calls: int = 20
-    max_llm_calls_per_turn: int | None = None
-    max_env_tokens: int = 4096
-    few_shot: bool = False
-    env_retries: int = 1
-    max_tokens_per_call: int | None = None
+    max_llm_calls: int = schema_default(_R + "max_llm_calls")
+    max_llm_calls_per_turn: int | None = schema_default(_R + "max_llm_calls_per_turn")
+    max_env_tokens: int = schema_default(_R + "max_env_tokens")
+    few_shot: bool = schema_default(_R + "few_shot")
+    env_retries: int = schema_default(_R + "env_retries")
+    max_tokens_per_call: int | None = schema_default(_R + "max_tokens_per_call")
     prompt_length: int = _DEFAULT_PROMPT_LENGTH
     response_length: int = _DEFAULT_RESPONSE_LENGTH
     max_model_len: int = _DEFAULT_PROMPT_LENGTH + _DEFAULT_RESPONSE_LENGTH
-    episode_budget: str = "context"
+    episode_budget: str = schema_default(_R + "episode_budget")
 
     def __post_init__(self) -> None:
         if self.episode_budget not in EPISODE_BUDGETS:
@@ -132,63 +101,11 @@ class RolloutSettings:
             cfg, "data.max_prompt_length", _DEFAULT_PROMPT_LENGTH)
         response = select(cfg, "actor_rollout_ref.rollout.response_length") or select(
             cfg, "data.max_response_length", _DEFAULT_RESPONSE_LENGTH)
-        r = "seal.rollout."
+        keys = ("max_llm_calls", "max_llm_calls_per_turn", "max_env_tokens", "few_shot", "env_retries",
+                "max_tokens_per_call", "episode_budget")
         return cls(
-            max_llm_calls=select(cfg, r + "max_llm_calls", 20),
-            max_llm_calls_per_turn=select(cfg, r + "max_llm_calls_per_turn"),
-            max_env_tokens=select(cfg, r + "max_env_tokens", 4096),
-            few_shot=select(cfg, r + "few_shot", False),
-            env_retries=select(cfg, r + "env_retries", 1),
-            max_tokens_per_call=select(cfg, r + "max_tokens_per_call"),
+            **{k: setting(cfg, _R + k) for k in keys},
             prompt_length=int(prompt),
             response_length=int(response),
             max_model_len=int(select(cfg, "actor_rollout_ref.rollout.max_model_len") or int(prompt) + int(response)),
-            episode_budget=str(select(cfg, r + "episode_budget", "context")),
         )
-
-
-def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """``base`` with ``over`` merged in; nested mappings merge key by key, other values replace."""
-    out = copy.deepcopy(dict(base))
-    for key, value in over.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(_plain(value))
-    return out
-
-
-def episode_params(cfg: Any, rollout_mode: str, env_params: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The ``/create`` params: the environment's block (``env_service.<env>``, e.g.
-    ``env_service.bfcl``) + ``rollout_mode``, then the row's ``env_params``."""
-    from seal.environment import env_params_block
-
-    base = env_params_block(cfg)
-    params = deep_merge(base, {"rollout_mode": rollout_mode})
-    if env_params:
-        env_params = _plain(env_params)
-        if not isinstance(env_params, Mapping):
-            raise ValueError(f"dataset field env_params: expected a mapping, got {type(env_params).__name__}")
-        params = deep_merge(params, env_params)
-    return params
-
-
-def make_env_client(cfg: Any, *, retries: int | None = None) -> Any:
-    """An :class:`env_service.client.EnvClient` for ``env_service.urls`` / ``env_service.url``,
-    or an in-process service of ``env_service.env`` when both are unset (costly per episode:
-    inject a shared client). ``retries``: the HTTP client's own retries of idempotent calls
-    (default: the client's; the local trainer passes 0, its runner retries whole episodes)."""
-    from env_service.client import EnvClient
-    from seal.environment import environment_name
-
-    timeout = float(select(cfg, "env_service.timeout_s", 60.0))
-    urls = select(cfg, "env_service.urls", []) or []
-    url = select(cfg, "env_service.url")
-    if not urls and not url:
-        log.info("environment service: in-process")
-        # seal.plugins first: one of them may register the environment (a no-op where the config
-        # check imported them already, needed where only the plain config travelled).
-        return EnvClient.in_process(env=environment_name(cfg), plugins=tuple(select(cfg, "seal.plugins") or ()))
-    target = list(urls) if urls else str(url)
-    log.info("environment service: %s", target)
-    return EnvClient(target, timeout_s=timeout, **({} if retries is None else {"retries": retries}))

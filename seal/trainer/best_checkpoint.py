@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from seal.config_base import ConfigError
+from seal.schema import setting
 
 logger = logging.getLogger(__name__)
 
@@ -58,29 +59,33 @@ _AUTO_GROUPS: tuple[Callable[[str], bool], ...] = (
 
 @dataclass
 class BestCheckpointSettings:
-    """The ``trainer.*`` keys of best-step keeping (see exp/seal_base.yaml)."""
+    """Best-step keeping, from the ``trainer.*`` keys of the schema (:class:`seal.schema.TrainerKeys`,
+    which holds their defaults and docs)."""
 
-    enabled: bool = False
-    keep_only_best: bool = True
-    metric: str | None = None
-    mode: str = "max"
+    enabled: bool
+    keep_only_best: bool
+    metric: str | None
+    mode: str
 
     @classmethod
     def from_trainer_cfg(cls, t: Any) -> "BestCheckpointSettings":
-        mode = str(t.get("best_checkpoint_mode", "max")).lower()
+        def get(key: str) -> Any:
+            return setting({"trainer": t}, f"trainer.{key}")
+
+        mode = str(get("best_checkpoint_mode")).lower()
         if mode not in ("max", "min"):
             raise ConfigError(f"trainer.best_checkpoint_mode={mode}: choose max or min")
-        enabled = bool(t.get("save_best_checkpoint", False))
+        enabled = bool(get("save_best_checkpoint"))
         # As the release: a validation-only run saves no best checkpoint unless asked to.
-        if bool(t.get("val_only", False)) and not bool(t.get("save_best_checkpoint_in_val_only", False)):
+        if bool(t.get("val_only", False)) and not bool(get("save_best_checkpoint_in_val_only")):
             enabled = False
         if enabled and t.get("max_actor_ckpt_to_keep"):
             raise ConfigError(
                 "trainer.max_actor_ckpt_to_keep is set together with trainer.save_best_checkpoint: its pruning does "
                 "not know the best step and may delete it; use trainer.keep_only_best_checkpoint=true instead "
                 "(keeps the best and the latest) and set trainer.max_actor_ckpt_to_keep=null")
-        metric = t.get("best_checkpoint_metric", None)
-        return cls(enabled=enabled, keep_only_best=bool(t.get("keep_only_best_checkpoint", True)),
+        metric = get("best_checkpoint_metric")
+        return cls(enabled=enabled, keep_only_best=bool(get("keep_only_best_checkpoint")),
                    metric=str(metric) if metric else None, mode=mode)
 
 

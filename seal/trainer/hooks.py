@@ -36,11 +36,10 @@ from seal.advantage import REWEIGHTERS, TAG_WEIGHTS, get_reweighter_spec
 from seal.config_base import ConfigError, to_plain
 from seal.diagnosis.state import CapabilityState
 from seal.plugins import load_plugins
-from seal.environment import env_params_block
+from seal.environment import env_params_block, episode_params
 from seal.diagnosis.stats import DiagnosisConfig, DiagnosisStats
 from seal.episode import EpisodeResult
 from seal.interface.guidelines import GuidelineConfig, select_guidelines
-from seal.rollout.settings import episode_params
 
 logger = logging.getLogger(__name__)
 
@@ -48,17 +47,6 @@ STATE_FILE = "capability_state.json"
 HOOKS_FILE = "seal_hooks.json"
 HOOKS_VERSION = 2
 ROLLOUT_MODES = {True: "sample", False: "validate"}
-
-
-def _guideline_config(evo: Mapping[str, Any]) -> GuidelineConfig:
-    """The selection thresholds of ``env_service.<env>.diagnostic_evolution``."""
-    return GuidelineConfig(
-        min_tag_count=int(evo.get("min_tag_count", 8)),
-        prevalence_threshold=float(evo.get("prevalence_threshold", 0.10)),
-        reward_threshold=float(evo.get("reward_threshold", 0.6)),
-        max_lines=int(evo.get("max_lines", 3)),
-        per_category=bool(evo.get("category_tags", False)),
-    )
 
 
 class SealHooks:
@@ -78,7 +66,7 @@ class SealHooks:
         try:
             load_plugins(to_plain(seal.get("plugins")) or [])
             self.diag_cfg = DiagnosisConfig(save_every_n_steps=int(seal.diagnosis.save_every_n_steps))
-            self.guide_cfg = _guideline_config(self.env_block.get("diagnostic_evolution") or {})
+            self.guide_cfg = GuidelineConfig.from_diagnostic_evolution(self.env_block.get("diagnostic_evolution"))
             selected = get_reweighter_spec(str(seal.advantage.reweighter))
             # Every reweighter block in the config is checked, not only the selected one's.
             settings = {name: REWEIGHTERS[name].build_config(to_plain(seal.advantage.get(name)))
@@ -110,7 +98,7 @@ class SealHooks:
 
     def env_params(self, *, train: bool, category: str | None = None) -> dict[str, Any]:
         """One episode's ``/create`` params (a fresh dict each call), merged by the one rule,
-        :func:`seal.rollout.settings.episode_params`: the environment's block, the rollout mode
+        :func:`seal.environment.episode_params`: the environment's block, the rollout mode
         (``train``: ``sample``, else ``validate``) and the selected guideline lines, if any."""
         lines = self.guideline_lines(train=train, category=category)
         extra = {} if lines is None else {"diagnostic_evolution": {"lines": lines}}

@@ -79,7 +79,7 @@ def test_an_unknown_environment_names_the_plugin_route() -> None:
 def test_config_and_in_process_client_accept_a_plugin_environment(home: ModuleType) -> None:
     from seal.config import compose_config
     from seal.environment import task_categories
-    from seal.rollout.settings import make_env_client
+    from seal.environment import make_env_client
 
     cfg = compose_config(CONF, ["env_service.url=null"])
     assert task_categories(cfg, ["home_0", "home_2"]) == {"home_0": "climate", "home_2": "lights"}

@@ -20,14 +20,14 @@ from omegaconf import DictConfig
 
 from seal.config_base import ConfigError
 from seal.engine.precision import AUTOCAST_DTYPES, log_choice, resolve_autocast
-from seal.environment import task_categories
+from seal.environment import make_env_client, task_categories
 from seal.trainer import RunStopped
 from seal.trainer.best_checkpoint import BestCheckpointKeeper, BestCheckpointSettings
 from seal.trainer.hooks import ROLLOUT_MODES, SealHooks
 from seal.trainer.local import checkpoint as ckpt
 from seal.trainer.local.data import TaskSampler
 from seal.rollout.prompt_length import prompt_token_counter
-from seal.rollout.settings import make_env_client
+from seal.schema import LocalKeys, block
 from seal.trainer.step_rules import episode_metrics, select_trainable
 from seal.trainer.tasks import select_task_ids
 from seal.trainer.local.episodes import Episode, EpisodeJob, episode_from_output, play_all
@@ -65,10 +65,10 @@ class LocalTrainer:
     def __init__(self, cfg: DictConfig, exp_dir: Path, *, runner_factory: RunnerFactory | None = None,
                  env_client: Any | None = None, model: Any | None = None, tokenizer: Any | None = None) -> None:
         self.cfg, self.exp_dir = cfg, Path(exp_dir)
-        self.local = cfg.seal.local
+        self.local = block(LocalKeys, cfg, "seal.local")
         self.actor = cfg.actor_rollout_ref.actor
         self.rollout_cfg = cfg.actor_rollout_ref.rollout
-        self.device = resolve_device(str(self.local.device))
+        self.device = resolve_device(self.local.device)
         seed_everything(int(cfg.data.seed))
         if model is None:
             model, tokenizer = load_policy(cfg, self.device)
@@ -86,8 +86,8 @@ class LocalTrainer:
         self._own_env = env_client is None
         # One precision for generation and the update (seal.engine.precision: auto = bf16 only
         # where the device runs it natively), logged once.
-        choice = resolve_autocast(str(self.local.autocast), self.device)
-        log_choice(str(self.local.autocast), choice, "local trainer (generation and update)")
+        choice = resolve_autocast(self.local.autocast, self.device)
+        log_choice(self.local.autocast, choice, "local trainer (generation and update)")
         self.autocast = choice.setting
         self.server = self._make_server()
         # One event loop for the whole run: the runner and the generation server bind to it.
@@ -119,9 +119,9 @@ class LocalTrainer:
     def _make_server(self) -> Any:
         from seal.engine.hf_server import HFServerManager
 
-        return HFServerManager(self.model, self.tokenizer, max_batch_size=int(self.local.generation_batch_size),
+        return HFServerManager(self.model, self.tokenizer, max_batch_size=self.local.generation_batch_size,
                                autocast_dtype=AUTOCAST_DTYPES[self.autocast],
-                               shared_prefix_min_tokens=int(self.local.shared_prefix_min_tokens))
+                               shared_prefix_min_tokens=self.local.shared_prefix_min_tokens)
 
     async def _build_runner(self, factory: RunnerFactory) -> Any:
         return factory(self.cfg, self.server, self.tokenizer, self.env)
@@ -155,8 +155,8 @@ class LocalTrainer:
             self.runner, jobs, self.sampling_params(train=train),
             lambda job: self.hooks.env_params(train=train, category=job.category),
             rollout_mode=ROLLOUT_MODES[train], retries=0,  # the runner itself retries an episode seal.rollout.env_retries times
-            to_episode=episode_from_output, max_concurrency=int(self.local.max_concurrent_episodes), desc=desc,
-            show_progress=bool(self.local.progress_bars), extra_info={"epoch": epoch},
+            to_episode=episode_from_output, max_concurrency=self.local.max_concurrent_episodes, desc=desc,
+            show_progress=self.local.progress_bars, extra_info={"epoch": epoch},
         )
         return self.loop.run_until_complete(coro)
 
@@ -168,7 +168,7 @@ class LocalTrainer:
         for e in episodes:
             if e.env_fault or e.llm_fault:
                 logger.warning("step %d: %s#%d excluded (%s)", step, e.task_id, e.sample, e.result.fault_text())
-        limit = float(self.local.max_fault_fraction)
+        limit = self.local.max_fault_fraction
         if frac > limit:
             where = self.cfg.env_service.urls or self.cfg.env_service.url or "in-process"
             raise EnvFaultError(
@@ -296,7 +296,7 @@ class LocalTrainer:
         t = self.cfg.trainer
         resumed = self.maybe_resume()
         log = MetricsLogger(self.exp_dir, resume_step=self.global_step if resumed else None,
-                            tensorboard=bool(self.local.tensorboard))
+                            tensorboard=self.local.tensorboard)
         try:
             if not resumed and t.val_before_train and self.val_ids:
                 log.log(0, self.validate_and_keep_best(0))

@@ -75,7 +75,7 @@ class TaskDataset(Dataset):
         if tokenizer is None:
             return cls(select_task_ids(cfg, split), rollout_mode=SPLIT_MODES[split], agent_name=agent_name, env=env)
         from seal.rollout.prompt_length import default_max_prompt_tokens, prompt_token_counter
-        from seal.rollout.settings import make_env_client
+        from seal.environment import make_env_client
 
         client = make_env_client(cfg)
         try:

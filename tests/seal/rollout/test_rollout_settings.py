@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from seal.rollout.settings import RolloutSettings, episode_params
+from seal.environment import episode_params
+from seal.rollout.settings import RolloutSettings
 
 BASE = OmegaConf.load(Path(__file__).resolve().parents[3] / "exp" / "seal_base.yaml")
 
