@@ -3,6 +3,7 @@
     seal eval --model models/SmolLM2-135M-Instruct --split val --limit 8 --out experiments/eval_smol
     seal eval --endpoint http://127.0.0.1:8000/v1 --served-model Qwen2.5-7B-Instruct --split eval
     seal export-bfcl --log experiments/eval_smol/validation_log/0.jsonl --out .bench/bfcl-results
+    seal config --show
 
 ``python -m seal.eval`` runs the ``eval`` subcommand directly.
 """
@@ -269,6 +270,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def cmd_config(args: argparse.Namespace) -> int:
+    """``seal config --show``: every SEAL key with its default and doc (:mod:`seal.schema`)."""
+    from seal.schema import entries
+
+    if not args.show:
+        raise ValueError("nothing to do (fix: seal config --show)")
+    for key, default, doc in entries():
+        print(f"{key} = {json.dumps(default)}")
+        print(f"    {doc}" if doc else "    (no doc)")
+    print("env_service.<env> = {...}\n    The environment's per-episode params; its params model is their schema "
+          "(exp/seal_base.yaml holds the recipe's env_service.bfcl).")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="seal", description="SEAL command line")
     ap.add_argument("--log-level", default="INFO")
@@ -287,6 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--root", type=Path, required=True, help="the BFCL project root holding score/")
     cmp.add_argument("--bfcl-model", default="gpt-4o-2024-11-20-FC")
     cmp.set_defaults(func=cmd_compare)
+    cf = sub.add_parser("config", help="the SEAL config keys")
+    cf.add_argument("--show", action="store_true", help="list every SEAL key with its default and doc")
+    cf.set_defaults(func=cmd_config)
     return ap
 
 

@@ -22,6 +22,13 @@ def load_split(split: str) -> list[str]:
     return bfcl_split(split)
 
 
+def check_params(block: dict) -> None:
+    """A config's ``env_service.bfcl`` block against the episode's params model (``ValueError`` naming the key)."""
+    from env_service.bfcl.episode import EpisodeParams
+
+    EpisodeParams.model_validate(block)
+
+
 ENVIRONMENT = register_environment(Environment(
     name="bfcl",
     host_factory="env_service.host:bfcl_host",
@@ -29,5 +36,6 @@ ENVIRONMENT = register_environment(Environment(
     load_split=load_split,
     description="BFCL V3/V4 multi-turn function calling (800 tasks, 4 categories)",
     example_task_id="multi_turn_base_0",
+    check_params=check_params,
     interface_blocks=("observation_lite", "tool_feedback_evolution", "diagnostic_evolution"),
 ))
