@@ -59,9 +59,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def make_config(args: argparse.Namespace) -> Any:
-    from omegaconf import OmegaConf
+    from seal.schema import default_config
 
-    cfg = OmegaConf.load(REPO / "exp" / "seal_base.yaml")
+    cfg = default_config()
     cfg.env_service.url = None
     cfg.seal.rollout.few_shot = not args.no_few_shot
     cfg.seal.rollout.max_llm_calls = args.max_llm_calls

@@ -14,7 +14,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from env_service.registry import Environment, get_environment
-from seal.schema import select, setting, to_plain
+from seal.config_base import select, to_plain
+from seal.schema import setting
 
 log = logging.getLogger(__name__)
 

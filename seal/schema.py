@@ -29,8 +29,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from env_service.registry import DEFAULT_ENVIRONMENT
 from seal.advantage.weights import APatchConfig
-from seal.config_base import BASE_YAML, select, to_plain  # noqa: F401  (select: re-exported for readers)
+from seal.config_base import BASE_YAML, select
 from seal.rewards import RewardConfig
+from seal.types import FailureTag
 
 SCHEMA_NAME = "seal_schema"
 _Block = TypeVar("_Block")
@@ -235,8 +236,16 @@ def _plain_value(value: Any) -> Any:
 
 
 def default_tree() -> dict[str, Any]:
-    """The schema's defaults as a plain nested dict (``{"trainer": ..., "env_service": ..., "seal": ...}``)."""
-    return _plain_value(Schema())
+    """The schema's defaults as a plain nested dict (``{"trainer": ..., "env_service": ..., "seal": ...}``).
+
+    ``seal.advantage.apatch.tag_weights`` lists the release's tags only: a plug-in's tag registered
+    earlier in the process must not change the tree (its weight is added with ``+key=...``).
+    """
+    tree = _plain_value(Schema())
+    weights = tree["seal"]["advantage"]["apatch"]["tag_weights"]
+    release = {str(t) for t in FailureTag}
+    tree["seal"]["advantage"]["apatch"]["tag_weights"] = {t: w for t, w in weights.items() if t in release}
+    return tree
 
 
 def default_config() -> DictConfig:

@@ -212,7 +212,7 @@ def replay(cfg: Any, task_id: str, mode: str, tokenizer: str) -> Replay:
     from seal.rollout.oracle_server import play_oracle
     from seal.environment import episode_params
     from seal.rollout.settings import RolloutSettings
-    from seal.schema import select
+    from seal.config_base import select
 
     parser = tool_call_parser(cfg, mode)
     env = environment_name(cfg)

@@ -56,7 +56,7 @@ from seal.rewards import RewardConfig, episode_reward
 from seal.rollout.few_shot import with_few_shot
 from seal.environment import episode_params, make_env_client
 from seal.rollout.settings import RolloutSettings
-from seal.schema import select
+from seal.config_base import select
 from seal.rollout.tokens import ChatFormat, TokenTrace, clip_text
 from seal.types import category_of
 

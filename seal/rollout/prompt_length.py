@@ -18,7 +18,7 @@ from typing import Any
 from seal.rollout.few_shot import with_few_shot
 from seal.environment import episode_params
 from seal.rollout.settings import RolloutSettings
-from seal.schema import select
+from seal.config_base import select
 from seal.rollout.tokens import ChatFormat
 
 logger = logging.getLogger(__name__)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from seal.schema import schema_default, select, setting
+from seal.config_base import select
+from seal.schema import schema_default, setting
 
 # Release defaults (the SEAL recipe) for configs that lack a key, e.g. a bare verl config.
 _DEFAULT_PROMPT_LENGTH = 12288

@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 import pytest
-from omegaconf import OmegaConf
 
 from seal.rollout.agent_loop import (
     AGENT_NAME, CONTEXT_OVERFLOW, LLM_ERROR, MAX_LLM_CALLS, MAX_LLM_CALLS_PER_TURN, BfclAgentLoop,
 )
 from seal.episode import EpisodeResult
 from seal.rollout.tokens import ChatFormat, render
+from seal.schema import default_config
 from seal.types import FailureTag
 
-BASE_YAML = Path(__file__).resolve().parents[3] / "exp" / "seal_base.yaml"
 # multi_turn_base_100 (TradingBot): turn 1 get_stock_info(symbol='NVDA'); turn 2 fund_account(amount=2203.4).
 TASK = "multi_turn_base_100"
 CALL_STOCK = '<tool_call>\n{"name": "get_stock_info", "arguments": {"symbol": "NVDA"}}\n</tool_call>'
@@ -27,7 +25,7 @@ SAMPLING = {"temperature": 1.0, "top_p": 1.0, "logprobs": True}  # verl passes r
 
 
 def make_config(**rollout: Any) -> Any:
-    cfg = OmegaConf.load(BASE_YAML)
+    cfg = default_config()
     cfg.env_service.url = None
     for key, value in rollout.items():
         cfg.seal.rollout[key] = value

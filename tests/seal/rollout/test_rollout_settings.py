@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
 from seal.environment import episode_params
 from seal.rollout.settings import RolloutSettings
+from seal.schema import default_config
 
-BASE = OmegaConf.load(Path(__file__).resolve().parents[3] / "exp" / "seal_base.yaml")
+BASE = default_config()
 
 
 def test_release_defaults_from_the_base_config() -> None:
