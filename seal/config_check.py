@@ -101,7 +101,7 @@ def nearest_key(key: str, tree: dict[str, Any] | None = None) -> str | None:
 
 def unknown_key_message(key: str, tree: dict[str, Any] | None = None) -> str:
     near = nearest_key(key, tree)
-    hint = f"did you mean {near}?" if near else "check the spelling against exp/seal_base.yaml and verl's ppo_trainer.yaml"
+    hint = f"did you mean {near}?" if near else "check the spelling against `seal config --show` and verl's ppo_trainer.yaml"
     return f"{key}: no such config key ({hint}; to add a new key on purpose, write +{key}=...)"
 
 

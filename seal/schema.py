@@ -281,11 +281,10 @@ def _cached_tree() -> dict[str, Any]:
 
 def is_field(key: str) -> bool:
     """Whether the dotted ``key`` is a block or a leaf of the schema."""
-    node: Any = _cached_tree()
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return False
-        node = node[part]
+    try:
+        schema_default(key)
+    except KeyError:
+        return False
     return True
 
 
