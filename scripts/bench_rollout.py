@@ -1,7 +1,7 @@
 """Rollout throughput: the same BFCL episodes run one at a time vs concurrently on the batching server.
 
 Real SmolLM2-135M-Instruct, real environment (in-process), the episode runner
-(``seal.rollout.agent_loop.BfclAgentLoop``) and ``seal.engine.hf_server.HFServerManager``:
+(``seal.rollout.agent_loop.SealAgentLoop``) and ``seal.engine.hf_server.HFServerManager``:
 
 * ``sequential``: one episode at a time, server batch size 1;
 * ``batched``: up to ``--concurrency`` episodes at once, server batch size ``--concurrency``.
@@ -75,7 +75,7 @@ def make_config(args: argparse.Namespace) -> Any:
 async def run_mode(mode: str, args: argparse.Namespace, model: Any, tokenizer: Any, client: Any) -> dict:
     import torch
 
-    from seal.rollout.agent_loop import BfclAgentLoop
+    from seal.rollout.agent_loop import SealAgentLoop
     from seal.engine.hf_server import HFServerManager
 
     batch = 1 if mode == "sequential" else args.concurrency
@@ -92,7 +92,7 @@ async def run_mode(mode: str, args: argparse.Namespace, model: Any, tokenizer: A
 
     async def one(task_id: str) -> Any:
         async with gate:
-            loop = BfclAgentLoop.for_local(cfg, server, tokenizer, env_client=client)
+            loop = SealAgentLoop.for_local(cfg, server, tokenizer, env_client=client)
             return await loop.run(dict(sampling), task_id=task_id, rollout_mode="sample")
 
     load_before = os.getloadavg()

@@ -1,7 +1,7 @@
 """How many tasks' ground truth fits an experiment's episode budget.
 
 Replays each task's ground truth (the oracle's assistant messages, ``env_service.oracle``) through
-the project's episode runner (``BfclAgentLoop``, the one training and validation use) against the
+the trainers' episode runner (``SealAgentLoop``, the one training and validation use) against the
 in-process environment, under the experiment config's budget (``seal.rollout.episode_budget``,
 ``max_model_len``, ``response_length``, ``max_llm_calls``), with the policy's tokenizer. A task
 *fits* when the replayed episode passes BFCL's checker: nothing cut it short.
@@ -10,8 +10,8 @@ in-process environment, under the experiment config's budget (``seal.rollout.epi
         --tokenizer models/SmolLM2-135M-Instruct [--mode validate|sample] [-- key=value ...]
 
 Prints the fitting count under the config's budget and, for comparison, under the other budget
-mode, then through ``seal eval``'s runner (``seal.eval.runner.run_episode``) under the config's
-budget, plus the count of tasks whose whole replay (no budget, observations not clipped) stays
+mode, then through ``seal eval`` (``seal.eval.evaluate.evaluate_episode``) under the config's
+budget (both play the one episode loop, :mod:`seal.rollout.episode_loop`), plus the count of tasks whose whole replay (no budget, observations not clipped) stays
 within ``max_model_len - response_length`` tokens.
 """
 
@@ -61,16 +61,16 @@ def tool_call_parser(cfg: Any, mode: str) -> str:
 
 
 class OracleChatPolicy:
-    """A message-level policy for ``seal eval``'s runner that answers with the task's oracle messages
+    """A message-level policy for ``seal eval`` that answers with the task's oracle messages
     and counts tokens with the tokenizer's chat template, as a local checkpoint's policy does."""
 
     def __init__(self, tokenizer: Any, messages: list[str]) -> None:
         self.tokenizer, self.messages, self.calls = tokenizer, list(messages), 0
 
     def count_tokens(self, messages: list[dict]) -> int:
-        ids = self.tokenizer.apply_chat_template([{"role": m["role"], "content": m["content"]} for m in messages],
-                                                 add_generation_prompt=True, tokenize=True)
-        return len(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        from seal.eval.policies import chat_prompt_ids
+
+        return len(chat_prompt_ids(self.tokenizer, messages))
 
     def complete_with_usage(self, messages: list[dict], sampling: Any) -> Any:
         from seal.eval.policies import Completion
@@ -84,19 +84,19 @@ class OracleChatPolicy:
 
 
 def replay_eval(cfg: Any, tokenizer: Any, client: Any, task_ids: list[str], *, progress: bool) -> dict[str, Any]:
-    """The same replay through ``seal eval``'s runner under the config's budget:
+    """The same replay through ``seal eval`` under the config's budget:
     ``{task_id: (passed, terminated_reason, final_context_tokens)}``."""
     from env_service.bfcl.tasks import default_store
     from env_service.oracle import oracle_for_task
     from seal.eval.policies import SamplingSettings
-    from seal.eval.runner import VALIDATE_PARAMS, run_episode
+    from seal.eval.evaluate import VALIDATE_PARAMS, evaluate_episode
     from seal.rollout.settings import RolloutSettings
 
     store, budget, out = default_store(), RolloutSettings.from_config(cfg), {}
     sampling = SamplingSettings(max_tokens=budget.per_call_tokens)
     for task_id in tqdm(task_ids, desc="replay (seal eval)", disable=not progress):
         policy = OracleChatPolicy(tokenizer, oracle_for_task(store.get(task_id)))
-        rec = run_episode(client, policy, task_id, params=dict(VALIDATE_PARAMS), sampling=sampling, budget=budget)
+        rec = evaluate_episode(client, policy, task_id, params=dict(VALIDATE_PARAMS), sampling=sampling, budget=budget)
         out[task_id] = (bool(rec.valid), rec.terminated_reason, policy.count_tokens(rec.messages))
     return out
 

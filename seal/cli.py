@@ -142,7 +142,7 @@ def client_factory(env_url: str | None, env: str = "bfcl") -> Callable[[], Any]:
 
 def settings_from_args(args: argparse.Namespace) -> Any:
     from seal.eval.policies import SamplingSettings
-    from seal.eval.runner import EvalSettings
+    from seal.eval.evaluate import EvalSettings
 
     try:
         params = json.loads(args.params)
@@ -226,7 +226,7 @@ def errored_exit_code(summary: Any, max_frac: float) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from seal.eval.export import export_log
-    from seal.eval.runner import repeat_dir, run_eval
+    from seal.eval.evaluate import repeat_dir, run_eval
 
     settings = settings_from_args(args)
     policy = build_policy(args)

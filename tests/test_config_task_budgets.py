@@ -4,7 +4,7 @@ For each experiment file ``exp/**/*.yaml`` (``exp/seal_base.yaml`` is the base e
 not an experiment) the test selects the tasks as the trainers do (``seal.trainer.tasks.
 select_task_ids``: explicit ids, data files or the environment's splits, the filters, the caps; the
 warm start's tasks too when it is on) and replays each task's ground truth through the episode
-runner training uses (``BfclAgentLoop`` with :class:`seal.rollout.oracle_server.OracleServer`,
+runner training uses (``SealAgentLoop`` with :class:`seal.rollout.oracle_server.OracleServer`,
 in-process environment) under the config's limits: ``seal.rollout.max_llm_calls`` (and the per-turn
 cap), the episode budget (``max_model_len``, ``response_length``, ``episode_budget``), the tokens
 per call, ``max_steps_per_turn`` and the rest of the environment's params; training tasks with the

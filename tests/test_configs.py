@@ -159,7 +159,7 @@ def test_row_passes_verls_config_validation(composed, row):
 
     cfg = composed[row]
     assert cfg.trainer.backend == "verl" and cfg.trainer.use_v1 is False
-    assert cfg.actor_rollout_ref.rollout.agent.default_agent_loop == "seal_bfcl"
+    assert cfg.actor_rollout_ref.rollout.agent.default_agent_loop == "seal"
     validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
     assert need_reference_policy(cfg) and not need_critic(cfg)
 

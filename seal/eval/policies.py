@@ -8,7 +8,8 @@
   (:class:`seal.engine.hf_server.HFServerManager`): concurrent callers are batched and each
   conversation's key/values are reused from call to call.
 
-Both also offer ``complete_with_usage`` (text plus token counts), which the runner prefers.
+Both also offer ``complete_with_usage`` (text plus token counts), which ``seal eval`` prefers.
+:class:`ChatGenerator` plays a policy through the one episode loop.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ import threading
 import time
 import uuid
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
 import httpx
+
+from seal.rollout.episode_loop import ContextFull, Reply
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +65,9 @@ class PolicyError(RuntimeError):
     """The policy could not produce a reply (after its retries)."""
 
 
-class ContextOverflowError(PolicyError):
-    """The conversation no longer fits the model's context window."""
+class ContextOverflowError(PolicyError, ContextFull):
+    """The conversation no longer fits the model's context window (the episode loop ends the
+    episode there, as a local model's would)."""
 
 
 @runtime_checkable
@@ -71,14 +75,55 @@ class ChatPolicy(Protocol):
     def complete(self, messages: list[dict[str, Any]], sampling: SamplingSettings) -> str: ...
 
 
-def complete_with_usage(
-    policy: ChatPolicy, messages: list[dict[str, Any]], sampling: SamplingSettings
-) -> Completion:
+def complete_with_usage(policy: ChatPolicy, messages: list[dict[str, Any]], sampling: SamplingSettings) -> Completion:
     """Ask ``policy`` for a reply, with token counts when the policy reports them."""
     fn = getattr(policy, "complete_with_usage", None)
-    if fn is not None:
-        return fn(messages, sampling)
-    return Completion(text=policy.complete(messages, sampling))
+    return fn(messages, sampling) if fn is not None else Completion(text=policy.complete(messages, sampling))
+
+
+def chat_prompt_ids(tokenizer: Any, messages: list[dict[str, Any]]) -> list[int]:
+    """Token ids of ``messages`` under the tokenizer's chat template, with the generation prompt."""
+    ids = tokenizer.apply_chat_template([{"role": m["role"], "content": m["content"]} for m in messages],
+                                        add_generation_prompt=True, tokenize=True)
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
+class ChatGenerator:
+    """``seal eval``'s adapter for the episode loop (:class:`seal.rollout.episode_loop.Generator`): chat
+    text to a :class:`ChatPolicy`, called in the worker's thread (one episode per worker and event loop).
+    A policy with ``count_tokens`` is counted before each call (and its ``tokenizer`` clips
+    observations); without, the loop has the server's usage, summed in ``prompt_tokens``/``response_tokens``."""
+
+    def __init__(self, policy: ChatPolicy, sampling: SamplingSettings) -> None:
+        self.policy, self.sampling = policy, sampling
+        self.counter = getattr(policy, "count_tokens", None)
+        self.tokenizer = getattr(policy, "tokenizer", None)
+        self.per_call_tokens = sampling.max_tokens
+        self.prompt_tokens = self.response_tokens = 0
+        self._initial: int | None = None
+
+    def start(self, messages: list[dict[str, Any]]) -> bool:
+        if self.counter is not None:
+            self._initial = self.counter(messages)
+        return True
+
+    def count(self, messages: list[dict[str, Any]], observation: dict | None) -> tuple[int, int] | None:
+        if self.counter is None:
+            return None
+        context = self.counter(messages if observation is None else [*messages, observation])
+        return context, context - self._initial
+
+    def add_observation(self, observation: dict) -> None:
+        """Nothing to keep: the next call sends the loop's messages."""
+
+    async def generate(self, messages: list[dict[str, Any]], max_tokens: int) -> Reply:
+        call = self.sampling if max_tokens == self.sampling.max_tokens else replace(self.sampling, max_tokens=max_tokens)
+        comp = complete_with_usage(self.policy, messages, call)
+        return Reply(comp.text, prompt_tokens=comp.prompt_tokens, completion_tokens=comp.completion_tokens)
+
+    def accept(self, reply: Reply) -> None:
+        self.prompt_tokens += reply.prompt_tokens
+        self.response_tokens += reply.completion_tokens
 
 
 # --------------------------------------------------------------------------- OpenAI-compatible
@@ -123,20 +168,14 @@ class OpenAIChatPolicy:
         self._client = httpx.Client(
             base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s, transport=transport
         )
-        # With the served model's tokenizer the runner counts the context and clips observations
+        # With the served model's tokenizer seal eval counts the context and clips observations
         # itself, as the trainers do; without one it has only the server's reported usage.
         self.tokenizer = None
         if tokenizer_path:
             from transformers import AutoTokenizer
 
             self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
-            self.count_tokens = self._count_tokens
-
-    def _count_tokens(self, messages: list[dict[str, Any]]) -> int:
-        ids = self.tokenizer.apply_chat_template(
-            [{"role": m["role"], "content": m["content"]} for m in messages], add_generation_prompt=True,
-            tokenize=True)
-        return len(ids["input_ids"] if hasattr(ids, "keys") else ids)
+            self.count_tokens = lambda messages: len(chat_prompt_ids(self.tokenizer, messages))
 
     def close(self) -> None:
         self._client.close()
@@ -272,14 +311,7 @@ class HFChatPolicy:
 
     def encode(self, messages: list[dict[str, Any]]) -> list[int]:
         """Prompt token ids: the chat template with the generation prompt."""
-        ids = self.tokenizer.apply_chat_template(
-            [{"role": m["role"], "content": m["content"]} for m in messages],
-            add_generation_prompt=True,
-            tokenize=True,
-        )
-        if isinstance(ids, dict) or hasattr(ids, "keys"):
-            ids = ids["input_ids"]
-        return list(ids)
+        return chat_prompt_ids(self.tokenizer, messages)
 
     def count_tokens(self, messages: list[dict[str, Any]]) -> int:
         return len(self.encode(messages))

@@ -1,7 +1,10 @@
-"""Rollout layer: the episode runner (the CPU generation engine it talks to is :mod:`seal.engine`).
+"""Rollout layer: the episode loop and the trainers' episode runner (the CPU generation engine it
+talks to is :mod:`seal.engine`).
 
-* :mod:`seal.rollout.agent_loop` — ``BfclAgentLoop``, a verl ``AgentLoopBase`` registered as
-  ``seal_bfcl`` (one BFCL episode, token-in-token-out, limits and fault handling);
+* :mod:`seal.rollout.episode_loop` — the one episode loop (create, limits, budget, clipping,
+  faults, release) that training, validation and ``seal eval`` play through a generation adapter;
+* :mod:`seal.rollout.agent_loop` — ``SealAgentLoop``, a verl ``AgentLoopBase`` registered as
+  ``seal`` (alias ``seal_bfcl``): any environment's episode, token-in-token-out;
 * :mod:`seal.rollout.tokens` — chat-template increments, token trace and loss mask;
 * :mod:`seal.rollout.few_shot` — the optional tool-use example conversation;
 * :mod:`seal.rollout.settings` — the runner's settings from the config, episode params, env client;

@@ -3,7 +3,7 @@
 :class:`OracleServer` answers each LLM call of one episode with the next of a fixed list of
 assistant messages (a task's oracle, :mod:`env_service.oracle`), in verl's
 ``server_manager.generate`` contract, so the ground truth goes through the very runner training and
-validation use (:class:`seal.rollout.agent_loop.BfclAgentLoop`): its prompt rendering, chat
+validation use (:class:`seal.rollout.agent_loop.SealAgentLoop`): its prompt rendering, chat
 template, limits and checker. Uses: how many tasks fit an experiment's budget
 (``scripts/budget_replay.py``), whether every task a shipped config uses can pass within its
 limits (``tests/test_config_task_budgets.py``), and the supervised warm start's transcripts
@@ -87,13 +87,13 @@ def oracle_messages_for(task: Any, parser: str = "xml_json") -> list[str]:
 async def play_oracle(cfg: Any, tokenizer: Any, env_client: Any, task_id: str, messages: Sequence[str], *,
                       rollout_mode: str = "validate", env_params: Mapping[str, Any] | None = None
                       ) -> tuple[Any, OracleServer]:
-    """One episode of ``task_id`` through :class:`~seal.rollout.agent_loop.BfclAgentLoop` under
+    """One episode of ``task_id`` through :class:`~seal.rollout.agent_loop.SealAgentLoop` under
     ``cfg`` (its limits, interface and environment params), every LLM call answered from
     ``messages``. Returns the runner's ``AgentLoopOutput`` and the server (calls made, cuts)."""
-    from seal.rollout.agent_loop import BfclAgentLoop
+    from seal.rollout.agent_loop import SealAgentLoop
 
     server = OracleServer(tokenizer, messages)
-    runner = BfclAgentLoop.for_local(cfg, server, tokenizer, env_client=env_client)
+    runner = SealAgentLoop.for_local(cfg, server, tokenizer, env_client=env_client)
     kwargs: dict[str, Any] = {"task_id": task_id, "rollout_mode": rollout_mode}
     if env_params:
         kwargs["env_params"] = dict(env_params)

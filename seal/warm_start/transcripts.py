@@ -1,7 +1,7 @@
 """Oracle transcripts: the ground truth of training tasks played through the episode runner.
 
 Each transcript is exactly what the policy would see and write in a perfect episode: the runner
-(:class:`seal.rollout.agent_loop.BfclAgentLoop`, the one training uses) renders the prompt with the
+(:class:`seal.rollout.agent_loop.SealAgentLoop`, the one training uses) renders the prompt with the
 training interface and the chat template, and an :class:`~seal.rollout.oracle_server.OracleServer`
 answers every LLM call with the task's next ground-truth message (``env_service.oracle``). The
 response tokens keep the runner's mask: 1 on what the model writes, 0 on observations. A transcript

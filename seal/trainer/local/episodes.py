@@ -1,27 +1,23 @@
-"""Running many episodes concurrently through the episode runner, with retries on env faults.
+"""Running many episodes concurrently through the episode runner.
 
 The runner is the project's verl ``AgentLoopBase`` subclass (or anything with the same
-``async run(sampling_params, **kwargs) -> AgentLoopOutput``). An episode whose environment
-fails is retried ``seal.rollout.env_retries`` times, then kept as an *environment fault*: it is
-logged and counted but never trained on, and never observed by the capability state. An
-episode whose LLM call failed (``llm_fault``) is excluded the same way: the trainer never
-trains on text the model did not write.
+``async run(sampling_params, **kwargs) -> AgentLoopOutput``). Faults are the runner's to handle
+(:mod:`seal.rollout.episode_loop`): an episode whose environment fails is played again
+``seal.rollout.env_retries`` times, then kept as an *environment fault*: logged and counted but
+never trained on, and never observed by the capability state. An episode whose LLM call failed
+(``llm_fault``) is excluded the same way: the trainer never trains on text the model did not write.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tqdm.auto import tqdm
 
-from env_service.client import EnvUnavailableError
 from seal.episode import EpisodeResult
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -86,37 +82,18 @@ def episode_from_output(job: EpisodeJob, out: Any) -> Episode:
 
 
 async def play_episode(runner: Any, job: EpisodeJob, sampling_params: Mapping[str, Any],
-                       env_params: Mapping[str, Any], *, rollout_mode: str, retries: int,
+                       env_params: Mapping[str, Any], *, rollout_mode: str,
                        to_episode: Callable[[EpisodeJob, Any], Episode],
                        extra_info: Mapping[str, Any] | None = None) -> Episode:
-    """Play ``job``, retrying up to ``retries`` more times when the environment faults.
-
-    (The project's runner retries inside ``run`` already; the trainer passes ``retries=0``.)
-    """
-    reason, last = "", None
-    for attempt in range(1, retries + 2):
-        try:
-            out = await runner.run(dict(sampling_params), task_id=job.task_id, category=job.category,
-                                   rollout_mode=rollout_mode, env_params=dict(env_params),
-                                   extra_info=dict(extra_info or {}))
-        except EnvUnavailableError as exc:
-            reason = f"{type(exc).__name__}: {exc}"
-            logger.warning("episode %s#%d: environment unavailable (attempt %d): %s", job.task_id, job.sample,
-                           attempt, exc)
-            continue
-        ep = to_episode(job, out)
-        if not ep.env_fault:
-            return ep
-        reason, last = ep.result.error or "", ep
-        logger.warning("episode %s#%d: environment fault (attempt %d): %s", job.task_id, job.sample, attempt, reason)
-    if last is not None:
-        return last
-    return Episode(EpisodeResult(job.task_id, job.category, env_fault=True, error=reason,
-                                 env_attempts=retries + 1), uid=job.uid, sample=job.sample)
+    """Play ``job`` once; the job's category reaches the runner, whose record of an episode
+    that never got an instance keeps it."""
+    out = await runner.run(dict(sampling_params), task_id=job.task_id, category=job.category,
+                           rollout_mode=rollout_mode, env_params=dict(env_params), extra_info=dict(extra_info or {}))
+    return to_episode(job, out)
 
 
 async def play_all(runner: Any, jobs: Sequence[EpisodeJob], sampling_params: Mapping[str, Any],
-                   env_params_for: Callable[[EpisodeJob], Mapping[str, Any]], *, rollout_mode: str, retries: int,
+                   env_params_for: Callable[[EpisodeJob], Mapping[str, Any]], *, rollout_mode: str,
                    to_episode: Callable[[EpisodeJob, Any], Episode], max_concurrency: int,
                    desc: str, show_progress: bool = True,
                    extra_info: Mapping[str, Any] | None = None) -> list[Episode]:
@@ -127,7 +104,7 @@ async def play_all(runner: Any, jobs: Sequence[EpisodeJob], sampling_params: Map
     async def one(job: EpisodeJob) -> Episode:
         async with sem:
             ep = await play_episode(runner, job, sampling_params, env_params_for(job), rollout_mode=rollout_mode,
-                                    retries=retries, to_episode=to_episode, extra_info=extra_info)
+                                    to_episode=to_episode, extra_info=extra_info)
         bar.update(1)
         return ep
 

@@ -47,10 +47,10 @@ class EnvFaultError(RunStopped):
 
 
 def default_runner_factory(cfg: DictConfig, server: Any, tokenizer: Any, env_client: Any) -> Any:
-    """The project's episode runner (``seal.rollout.agent_loop.BfclAgentLoop``)."""
-    from seal.rollout.agent_loop import BfclAgentLoop
+    """The project's episode runner (``seal.rollout.agent_loop.SealAgentLoop``)."""
+    from seal.rollout.agent_loop import SealAgentLoop
 
-    return BfclAgentLoop.for_local(cfg, server, tokenizer, env_client=env_client)
+    return SealAgentLoop.for_local(cfg, server, tokenizer, env_client=env_client)
 
 
 def seed_everything(seed: int) -> None:
@@ -154,7 +154,7 @@ class LocalTrainer:
         coro = play_all(
             self.runner, jobs, self.sampling_params(train=train),
             lambda job: self.hooks.env_params(train=train, category=job.category),
-            rollout_mode=ROLLOUT_MODES[train], retries=0,  # the runner itself retries an episode seal.rollout.env_retries times
+            rollout_mode=ROLLOUT_MODES[train],
             to_episode=episode_from_output, max_concurrency=self.local.max_concurrent_episodes, desc=desc,
             show_progress=self.local.progress_bars, extra_info={"epoch": epoch},
         )

@@ -8,8 +8,8 @@ from task ids only (``extra_info.index`` of the parquet rows, after the ``seal.t
 the same selection the local backend makes) and yields what the episode runner needs:
 
 * ``task_id`` and ``rollout_mode`` (``sample`` for training, ``validate`` for validation), the
-  keyword arguments of the ``seal_bfcl`` agent loop's ``run``;
-* ``agent_name`` (``seal_bfcl``), which verl's agent-loop worker uses to pick the loop class;
+  keyword arguments of the ``seal`` agent loop's ``run``;
+* ``agent_name`` (``seal``), which verl's agent-loop worker uses to pick the loop class;
 * ``raw_prompt``, a one-message placeholder holding the task id (verl copies it into the
   batch; nothing tokenises it), ``data_source`` (the category, as the environment's task store
   records it; verl's validation groups
@@ -36,7 +36,7 @@ from seal.environment import environment_name
 
 logger = logging.getLogger(__name__)
 
-AGENT_NAME = "seal_bfcl"
+AGENT_NAME = "seal"
 ROLLOUT_MODES = ("sample", "validate")
 SPLIT_MODES = {"train": "sample", "val": "validate"}
 

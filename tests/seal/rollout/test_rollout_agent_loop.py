@@ -1,4 +1,4 @@
-"""End to end on CPU: BfclAgentLoop against the real environment (in-process) and a scripted server."""
+"""End to end on CPU: SealAgentLoop against the real environment (in-process) and a scripted server."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ from typing import Any
 
 import pytest
 
-from seal.rollout.agent_loop import (
-    AGENT_NAME, CONTEXT_OVERFLOW, LLM_ERROR, MAX_LLM_CALLS, MAX_LLM_CALLS_PER_TURN, BfclAgentLoop,
-)
+from seal.rollout.agent_loop import AGENT_NAME, LEGACY_AGENT_NAME, SealAgentLoop
+from seal.rollout.episode_loop import CONTEXT_OVERFLOW, LLM_ERROR, MAX_LLM_CALLS, MAX_LLM_CALLS_PER_TURN
 from seal.episode import EpisodeResult
 from seal.rollout.tokens import ChatFormat, render
 from seal.schema import default_config
@@ -69,7 +68,7 @@ class FlakyClient:
 
 def run_episode(cfg: Any, server: Any, tokenizer: Any, client: Any, **row: Any) -> Any:
     async def go() -> Any:
-        loop = BfclAgentLoop.for_local(cfg, server, tokenizer, env_client=client)
+        loop = SealAgentLoop.for_local(cfg, server, tokenizer, env_client=client)
         return await loop.run(dict(SAMPLING), task_id=TASK, rollout_mode="sample", **row)
 
     return asyncio.run(go())
@@ -90,7 +89,10 @@ def check_tokens(out: Any, server: Any, tokenizer: Any) -> None:
 def test_registered_under_its_name() -> None:
     from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
 
-    assert _agent_loop_registry[AGENT_NAME]["_target_"] == "seal.rollout.agent_loop.BfclAgentLoop"
+    # The neutral name, and the older one that configs and dataset rows may still carry.
+    assert (AGENT_NAME, LEGACY_AGENT_NAME) == ("seal", "seal_bfcl")
+    for name in (AGENT_NAME, LEGACY_AGENT_NAME):
+        assert _agent_loop_registry[name]["_target_"] == "seal.rollout.agent_loop.SealAgentLoop"
 
 
 def test_perfect_episode(scripted_server: Any, tokenizer: Any, env_client: Any) -> None:
@@ -172,7 +174,7 @@ def test_a_fault_before_create_keeps_the_callers_category(scripted_server: Any, 
     dataset row's (verl: data_source; local: category), and an id that is not BFCL-shaped does not
     crash the batch."""
     async def go() -> Any:
-        loop = BfclAgentLoop.for_local(make_config(env_retries=0), scripted_server([], default=CALL_STOCK),
+        loop = SealAgentLoop.for_local(make_config(env_retries=0), scripted_server([], default=CALL_STOCK),
                                        tokenizer, env_client=DownClient(env_client, set()))
         return await loop.run(dict(SAMPLING), task_id="pantry-restock", rollout_mode="sample", **row)
 
@@ -248,7 +250,7 @@ def test_env_params_reach_the_environment(scripted_server: Any, tokenizer: Any, 
 
 def test_bad_task_id_is_a_clear_error(scripted_server: Any, tokenizer: Any, env_client: Any) -> None:
     async def go() -> Any:
-        loop = BfclAgentLoop.for_local(make_config(), scripted_server([]), tokenizer, env_client=env_client)
+        loop = SealAgentLoop.for_local(make_config(), scripted_server([]), tokenizer, env_client=env_client)
         return await loop.run(dict(SAMPLING), task_id="no_such_task")
 
     with pytest.raises(ValueError, match="no_such_task"):
@@ -297,7 +299,7 @@ def test_validation_scores_are_binary_whatever_the_training_reward(scripted_serv
     cfg.seal.reward.mode = "capped"
 
     async def go(mode: str) -> Any:
-        loop = BfclAgentLoop.for_local(cfg, scripted_server(list(script)), tokenizer, env_client=env_client)
+        loop = SealAgentLoop.for_local(cfg, scripted_server(list(script)), tokenizer, env_client=env_client)
         return await loop.run(dict(SAMPLING), task_id=TASK, rollout_mode=mode)
 
     train, val = asyncio.run(go("sample")), asyncio.run(go("validate"))

@@ -1,7 +1,7 @@
 """Two training steps of the whole loop: real episode runner, real in-process BFCL environment,
 a tiny random Llama (2 layers, hidden 64, SmolLM2's tokenizer) behind the batched HF server.
 
-What is real: the episode runner (``BfclAgentLoop``), token/mask building, the environment,
+What is real: the episode runner (``SealAgentLoop``), token/mask building, the environment,
 the verifier and tags, the reward, the capability state, GRPO from verl, A-Patch, the PPO update,
 checkpoints. What is scripted: a random model writes garbage and never passes, so to get mixed
 rewards (non-zero GRPO advantages) every other episode of a task is answered by an *oracle*

@@ -26,7 +26,7 @@ pytest.importorskip("verl")
 from verl import DataProto  # noqa: E402
 from verl.utils.dataset.rl_dataset import collate_fn  # noqa: E402
 
-from seal.rollout.agent_loop import CONTEXT_OVERFLOW, LLM_ERROR, PROMPT_OVERFLOW  # noqa: E402
+from seal.rollout.episode_loop import CONTEXT_OVERFLOW, LLM_ERROR, PROMPT_OVERFLOW  # noqa: E402
 from seal.trainer.verl.dataset import BfclTaskDataset  # noqa: E402
 from verl_fakes import ActorWorkers, CheckpointEngine, RefWorkers, RoutedServer, rollout_manager  # noqa: E402
 from verl_testkit import make_trainer  # noqa: E402

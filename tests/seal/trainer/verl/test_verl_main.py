@@ -115,7 +115,7 @@ def test_task_dataset_rows(seal_cfg):
     row = train[0]
     assert row["task_id"] == row["index"] == row["extra_info"]["index"] == row["raw_prompt"][0]["content"]
     assert row["rollout_mode"] == "sample" and val[0]["rollout_mode"] == "validate"
-    assert row["agent_name"] == "seal_bfcl" and row["data_source"] == row["task_id"].rsplit("_", 1)[0]
+    assert row["agent_name"] == "seal" and row["data_source"] == row["task_id"].rsplit("_", 1)[0]
     # 400 tasks / 32 per step (drop_last) = 12 steps per epoch; 6 epochs = the paper's 72 steps.
     assert len(train) // seal_cfg.data.train_batch_size * seal_cfg.trainer.total_epochs == 72
 
@@ -172,7 +172,7 @@ def test_agent_loop_imports_in_a_ray_worker(seal_cfg, tmp_path):
         import hydra
         from omegaconf import OmegaConf as OC
 
-        (entry,) = OC.load(path)
+        entry = OC.load(path)[0]
         cls = hydra.utils.get_class(entry._target_)
         return entry.name, f"{cls.__module__}.{cls.__qualname__}"
 
@@ -187,7 +187,7 @@ def test_agent_loop_imports_in_a_ray_worker(seal_cfg, tmp_path):
     finally:
         ray.shutdown()
         os.chdir(cwd)
-    assert (name, target) == ("seal_bfcl", "seal.rollout.agent_loop.BfclAgentLoop")
+    assert (name, target) == ("seal", "seal.rollout.agent_loop.SealAgentLoop")
     assert Path(tmp_path).is_dir()
 
 

@@ -1,4 +1,4 @@
-"""Message-level runner and ``run_eval`` against a scripted environment double.
+"""``seal eval``: one episode (``evaluate_episode``) and ``run_eval`` against a scripted environment double.
 
 The double follows the episode protocol of the environment service: a reply with a
 ``<tool_call>`` block gets a ``<tool_response>`` observation; a plain reply advances to the next
@@ -15,9 +15,10 @@ from dataclasses import replace
 
 import pytest
 
+from env_service.client import CreateResult, StepResult
 from seal.eval.logs import read_log_file
 from seal.eval.policies import Completion, ContextOverflowError, SamplingSettings
-from seal.eval.runner import EvalSettings, run_episode, run_eval
+from seal.eval.evaluate import EvalSettings, evaluate_episode, run_eval
 from seal.rollout.settings import RolloutSettings
 
 
@@ -41,19 +42,20 @@ class FakeEnv:
             iid = f"i{next(self.counter)}"
             self.live[iid] = {"task": task_id, "turn": 0, "calls": [[] for _ in range(self.turns)]}
             self.params_seen.append(dict(params))
-        return iid, [{"role": "system", "content": f"tools for {task_id}"},
-                     {"role": "user", "content": "turn 0"}], {"instance_id": iid, "category": task_id.rsplit("_", 1)[0]}
+        return CreateResult(iid, [{"role": "system", "content": f"tools for {task_id}"},
+                                  {"role": "user", "content": "turn 0"}],
+                            {"instance_id": iid, "category": task_id.rsplit("_", 1)[0]})
 
     def step(self, iid, content):
         ep = self.live[iid]
         if "<tool_call>" in content:
             name = content.split('"name": "')[1].split('"')[0]
             ep["calls"][ep["turn"]].append(f"{name}()")
-            return "<tool_response>done</tool_response>", False, 0.0, {}
+            return StepResult("<tool_response>done</tool_response>", False, 0.0, {})
         ep["turn"] += 1
         if ep["turn"] >= self.turns:
-            return "[CONVERSATION_COMPLETED]", True, 0.0, {}
-        return f"turn {ep['turn']}", False, 0.0, {}
+            return StepResult("[CONVERSATION_COMPLETED]", True, 0.0, {})
+        return StepResult(f"turn {ep['turn']}", False, 0.0, {})
 
     def evaluate(self, iid, sparse=False):
         ep = self.live[iid]
@@ -97,7 +99,7 @@ class LoopingPolicy:
 
 def test_episode_protocol_and_record():
     env, policy = FakeEnv(turns=2), ScriptedPolicy()
-    rec = run_episode(env, policy, "multi_turn_base_4", params={"rollout_mode": "validate"},
+    rec = evaluate_episode(env, policy, "multi_turn_base_4", params={"rollout_mode": "validate"},
                       sampling=SamplingSettings(), step=5, split="val")
     assert rec.valid and rec.score == 1.0 and rec.error is None
     assert rec.num_llm_calls == 4 and rec.terminated_reason == "terminated"
@@ -110,7 +112,7 @@ def test_episode_protocol_and_record():
 
 def test_llm_call_cap_and_release_on_errors():
     env = FakeEnv(turns=2)
-    rec = run_episode(env, LoopingPolicy(), "multi_turn_base_9", params={}, sampling=SamplingSettings(),
+    rec = evaluate_episode(env, LoopingPolicy(), "multi_turn_base_9", params={}, sampling=SamplingSettings(),
                       max_llm_calls=3)
     assert rec.num_llm_calls == 3 and rec.terminated_reason == "max_llm_calls" and not rec.valid
     assert env.live == {}
@@ -119,11 +121,11 @@ def test_llm_call_cap_and_release_on_errors():
         def complete(self, messages, sampling):
             raise RuntimeError("server exploded")
 
-    rec = run_episode(env, Boom(), "multi_turn_base_9", params={}, sampling=SamplingSettings())
+    rec = evaluate_episode(env, Boom(), "multi_turn_base_9", params={}, sampling=SamplingSettings())
     assert rec.error == "RuntimeError: server exploded" and rec.score == 0.0
     assert env.live == {}  # released despite the error
 
-    rec = run_episode(env, ScriptedPolicy(overflow_after=3), "multi_turn_base_9", params={},
+    rec = evaluate_episode(env, ScriptedPolicy(overflow_after=3), "multi_turn_base_9", params={},
                       sampling=SamplingSettings())
     assert rec.terminated_reason == "context_overflow" and rec.num_llm_calls == 1 and rec.error is None
 
@@ -148,7 +150,7 @@ def test_the_trainers_budget_ends_an_endpoint_episode_on_its_reported_usage():
     # as the trainers' runner would not have made it.
     budget = RolloutSettings(max_model_len=700, response_length=200)
     env, policy = FakeEnv(turns=3), UsagePolicy()
-    rec = run_episode(env, policy, "multi_turn_base_4", params={}, sampling=SamplingSettings(), budget=budget)
+    rec = evaluate_episode(env, policy, "multi_turn_base_4", params={}, sampling=SamplingSettings(), budget=budget)
     assert rec.terminated_reason == "context_overflow" and not rec.valid and rec.error is None
     assert policy.calls == 3 and rec.num_llm_calls == 2 and len(rec.messages) == 6
     assert rec.generation["episode_budget"] == "context" and rec.generation["max_model_len"] == 700
@@ -157,14 +159,14 @@ def test_the_trainers_budget_ends_an_endpoint_episode_on_its_reported_usage():
 def test_a_counting_policy_is_stopped_before_the_call_and_its_calls_get_the_room_left():
     budget = RolloutSettings(max_model_len=700, response_length=200)
     env, policy = FakeEnv(turns=3), CountingPolicy()
-    rec = run_episode(env, policy, "multi_turn_base_4", params={}, sampling=SamplingSettings(max_tokens=512),
+    rec = evaluate_episode(env, policy, "multi_turn_base_4", params={}, sampling=SamplingSettings(max_tokens=512),
                       budget=budget)
     assert rec.terminated_reason == "context_overflow" and policy.calls == 2 and rec.num_llm_calls == 2
     assert [s.max_tokens for s in policy.seen_sampling] == [min(512, 700 - 200), min(512, 700 - 400)]
     # The response budget counts the continuation after the prompt (2 messages) instead: 200
     # tokens of continuation after one call and its observation spend response_length=200.
     env, policy = FakeEnv(turns=3), CountingPolicy()
-    rec = run_episode(env, policy, "multi_turn_base_4", params={}, sampling=SamplingSettings(),
+    rec = evaluate_episode(env, policy, "multi_turn_base_4", params={}, sampling=SamplingSettings(),
                       budget=replace(budget, episode_budget="response", max_model_len=10_000))
     assert rec.terminated_reason == "context_overflow" and rec.num_llm_calls == 1
 
@@ -172,11 +174,11 @@ def test_a_counting_policy_is_stopped_before_the_call_and_its_calls_get_the_room
 def test_observations_take_the_role_the_environment_names():
     class IpythonEnv(FakeEnv):
         def create(self, task_id, params):
-            iid, messages, info = super().create(task_id, params)
-            return iid, messages, {**info, "observation_role": "ipython"}
+            created = super().create(task_id, params)
+            return replace(created, info={**created.info, "observation_role": "ipython"})
 
-    rec = run_episode(IpythonEnv(turns=1), ScriptedPolicy(), "multi_turn_base_4", params={},
-                      sampling=SamplingSettings())
+    rec = evaluate_episode(IpythonEnv(turns=1), ScriptedPolicy(), "multi_turn_base_4", params={},
+                           sampling=SamplingSettings())
     assert rec.valid and [m["role"] for m in rec.messages] == ["system", "user", "assistant", "ipython", "assistant", "ipython"]
 
 

@@ -1,14 +1,16 @@
-"""Message-level validation runner and the ``seal eval`` orchestration.
+"""``seal eval``: evaluate a chat policy on an environment's tasks and write validation logs.
 
-One episode: ``create`` -> [system, user]; loop { policy reply -> ``step`` -> append the assistant
-message and the observation (role user) } until the environment terminates the episode or the
-LLM-call cap is reached (20 per episode, counted over the whole episode as the release does);
-then ``evaluate(sparse=False)`` and always ``release``. Validation is greedy, one sample per
-task, with ``rollout_mode="validate"`` so the environment shows the untouched interface.
+One episode (:func:`evaluate_episode`) goes through the one episode loop the trainers use
+(:func:`seal.rollout.episode_loop.play_episode`: the same limits, budget, clipping and fault
+handling), with :class:`seal.eval.policies.ChatGenerator` sending chat text to the policy.
+Validation is greedy, one sample per task, with ``rollout_mode="validate"`` so the environment
+shows the untouched interface. :func:`run_eval` selects the tasks, runs the repeats concurrently
+and writes ``validation_log/<step>.jsonl`` and ``eval_summary.json``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import threading
@@ -18,26 +20,16 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from env_service.client import EnvError
 from seal.episode import EpisodeResult, Evaluation
 from seal.eval.logs import ValidationLogWriter, ValidationRecord, finished_keys, read_log_file
-from seal.eval.policies import (
-    ChatPolicy,
-    ContextOverflowError,
-    PolicyError,
-    SamplingSettings,
-    complete_with_usage,
-)
+from seal.eval.policies import ChatGenerator, ChatPolicy, SamplingSettings
 from seal.eval.stats import OVERALL, category_mean, dedupe_latest, mean_std, pass_counts
 from seal.rewards import RewardConfig, episode_reward
-from seal.rollout.few_shot import with_few_shot
+from seal.rollout.episode_loop import EpisodeState, TaskRejected, play_attempt, release
 from seal.rollout.settings import RolloutSettings
-from seal.rollout.tokens import clip_text
 
 logger = logging.getLogger(__name__)
 
-CONTEXT_OVERFLOW = "context_overflow"  # the reason the trainers' episode runner gives too
-DEFAULT_OBSERVATION_ROLE = "user"
 UNKNOWN_CATEGORY = "unknown"  # an episode whose environment never reported its task's category
 VALIDATE_PARAMS: dict[str, Any] = {"rollout_mode": "validate"}
 
@@ -82,32 +74,7 @@ class EvalSettings:
 # --------------------------------------------------------------------------- one episode
 
 
-def _unpack_create(created: Any) -> tuple[str, list[dict[str, Any]], dict[str, Any]]:
-    """``(instance_id, messages, info)`` from a client ``create`` result (a CreateResult or a tuple)."""
-    if hasattr(created, "instance_id") and hasattr(created, "messages"):
-        return (str(created.instance_id), [dict(m) for m in created.messages],
-                dict(getattr(created, "info", None) or {}))
-    if not isinstance(created, tuple) or len(created) < 2:
-        raise TypeError(f"EnvClient.create returned {type(created).__name__}; expected a CreateResult")
-    return str(created[0]), [dict(m) for m in created[1]], dict(created[2] if len(created) > 2 else {})
-
-
-def _unpack_step(outcome: Any) -> tuple[str | None, bool, dict[str, Any]]:
-    """``(observation text, terminated, info)`` from a tuple or a ``StepOutcome``-like object."""
-    if isinstance(outcome, tuple):
-        obs, terminated = outcome[0], outcome[1]
-        info = outcome[3] if len(outcome) > 3 else {}
-    else:
-        obs, terminated = outcome.observation, outcome.terminated
-        info = getattr(outcome, "info", {}) or {}
-    if isinstance(obs, dict):
-        obs = obs.get("content")
-    elif isinstance(obs, list):
-        obs = "\n".join(str(m.get("content", "")) if isinstance(m, dict) else str(m) for m in obs)
-    return obs, bool(terminated), dict(info or {})
-
-
-def run_episode(
+def evaluate_episode(
     client: Any,
     policy: ChatPolicy,
     task_id: str,
@@ -121,7 +88,8 @@ def run_episode(
     repeat: int = 0,
     category: str | None = None,
 ) -> ValidationRecord:
-    """Run one validation episode and return its log record (errors are recorded, not raised).
+    """Play one validation episode through the episode loop and return its log record (errors
+    are recorded, not raised; ``seal eval`` run again redoes an errored episode).
 
     ``budget``: the episode budget the trainers apply (:class:`RolloutSettings`, from the same
     config keys; default the paper recipe's); ``max_llm_calls`` overrides its LLM-call limit.
@@ -132,105 +100,46 @@ def run_episode(
     if max_llm_calls is not None:
         budget = replace(budget, max_llm_calls=max_llm_calls)
     t0 = time.monotonic()
-    record = ValidationRecord(
-        task_id=task_id, data_source=category or UNKNOWN_CATEGORY, split=split, step=step,
-        score=0.0, reward=0.0, valid=False, generation=_generation_dict(sampling, budget),
-        repeat=repeat, seed=sampling.seed,
-    )
-    instance_id: str | None = None
-    evaluation: Evaluation | None = None
+    state = EpisodeState(ChatGenerator(policy, sampling))
+    bug: BaseException | None = None
     try:
-        instance_id, messages, info = _unpack_create(client.create(task_id, params))
-        record.data_source = category or str(info.get("category") or UNKNOWN_CATEGORY)
-        record.messages = with_few_shot(messages, budget.few_shot)
-        role = str(info.get("observation_role") or DEFAULT_OBSERVATION_ROLE)
-        record.terminated_reason = _dialogue(client, policy, instance_id, record, sampling, budget, role)
-        evaluation = Evaluation.from_wire(client.evaluate(instance_id, sparse=False))
-    except (PolicyError, EnvError, OSError) as exc:
-        # The LLM or the environment failed after its retries: the episode is errored (not
-        # scored), reported in one line; the same command redoes it.
-        logger.warning("episode %s (repeat %d) errored: %s: %s", task_id, repeat, type(exc).__name__,
-                       str(exc).splitlines()[0] if str(exc) else "")
-        record.error = f"{type(exc).__name__}: {exc}"
-        record.terminated_reason = record.terminated_reason or "error"
+        asyncio.run(play_attempt(state, client, task_id, params, budget))
+        fault = state.fault if state.llm_fault or state.env_fault else None
+    except TaskRejected as exc:  # the environment's own 4xx, recorded as it answered
+        fault = exc.__cause__
     except Exception as exc:  # a bug must not end the run either; its traceback is logged
         logger.exception("episode %s (repeat %d) failed", task_id, repeat)
-        record.error = f"{type(exc).__name__}: {exc}"
-        record.terminated_reason = record.terminated_reason or "error"
-    finally:
-        if instance_id is not None:
-            _release(client, instance_id)
-    record = _to_record(record, evaluation, elapsed_s=round(time.monotonic() - t0, 3))
+        fault = bug = exc
+    if fault is not None and fault is not bug:  # the LLM or the environment failed: one line
+        logger.warning("episode %s (repeat %d) errored: %s: %s", task_id, repeat, type(fault).__name__,
+                       str(fault).splitlines()[0] if str(fault) else "")
+    record = _to_record(state, task_id, category, fault, generation=_generation_dict(sampling, budget), step=step,
+                        split=split, repeat=repeat, seed=sampling.seed, elapsed_s=round(time.monotonic() - t0, 3))
     logger.info("%s: score %.1f, %d LLM calls, %s, %.1fs%s", task_id, record.score, record.num_llm_calls,
                 record.terminated_reason, record.elapsed_s, f", error: {record.error}" if record.error else "")
     return record
 
 
-def _to_record(scratch: ValidationRecord, evaluation: Evaluation | None, *, elapsed_s: float) -> ValidationRecord:
-    """The episode's log line through the one constructor the trainers use: ``scratch`` holds what
-    the dialogue gathered; the score is the binary verdict (``seal.rewards.episode_reward``)."""
+def _to_record(state: EpisodeState, task_id: str, category: str | None, fault: BaseException | None,
+               **line: Any) -> ValidationRecord:
+    """The episode's log line through the one constructor the trainers use; the score is the
+    binary verdict (``seal.rewards.episode_reward``). The log keeps the observation the model never
+    saw, names every end the environment chose ``terminated`` and every fault ``error``, with the
+    exception behind it."""
+    if fault is not None:
+        reason, evaluation = "error", None
+    else:
+        reason = "terminated" if state.env_terminated else state.terminated_reason or ""
+        evaluation = Evaluation.from_wire(state.evaluation)
+    messages = [*state.messages, *([state.unseen_observation] if state.unseen_observation else [])]
     result = EpisodeResult(
-        task_id=scratch.task_id, category=scratch.data_source, rollout_mode=VALIDATE_PARAMS["rollout_mode"],
-        evaluation=evaluation, num_llm_calls=scratch.num_llm_calls, num_prompt_tokens=scratch.num_prompt_tokens,
-        num_response_tokens=scratch.num_response_tokens, terminated_reason=scratch.terminated_reason,
-        messages=tuple(scratch.messages), error=scratch.error)
+        task_id=task_id, category=category or str(state.category or UNKNOWN_CATEGORY),
+        rollout_mode=VALIDATE_PARAMS["rollout_mode"], evaluation=evaluation, num_llm_calls=state.num_llm_calls,
+        num_prompt_tokens=state.generator.prompt_tokens, num_response_tokens=state.generator.response_tokens,
+        terminated_reason=reason, messages=tuple(messages),
+        error=f"{type(fault).__name__}: {fault}" if fault is not None else None)
     reward = episode_reward(result, cfg=RewardConfig(), train=False)
-    return ValidationRecord.from_episode(result.with_reward(reward.score, reward.meta), step=scratch.step,
-                                         split=scratch.split, generation=scratch.generation, repeat=scratch.repeat,
-                                         seed=scratch.seed, elapsed_s=elapsed_s)
-
-
-def _dialogue(
-    client: Any, policy: ChatPolicy, instance_id: str, record: ValidationRecord,
-    sampling: SamplingSettings, budget: RolloutSettings, observation_role: str,
-) -> str:
-    """The policy/environment loop under the trainers' episode budget; returns why it stopped.
-
-    With a policy that counts tokens (a local checkpoint), the context is counted before each call
-    and the call gets at most the budget's room; observations are clipped to ``max_env_tokens``.
-    An endpoint counts for us: a call whose reported prompt already reached the budget is
-    discarded, so the episode ends exactly where the trainers' runner stops it.
-    """
-    counter = getattr(policy, "count_tokens", None)
-    tokenizer = getattr(policy, "tokenizer", None)
-    prompt_tokens: int | None = None
-    while record.num_llm_calls < budget.max_llm_calls:
-        call = sampling
-        if counter is not None:
-            context = counter(record.messages)
-            prompt_tokens = context if prompt_tokens is None else prompt_tokens
-            room = budget.room(context, context - prompt_tokens)
-            if room < 1:
-                return CONTEXT_OVERFLOW
-            call = replace(sampling, max_tokens=min(room, sampling.max_tokens))
-        try:
-            comp = complete_with_usage(policy, record.messages, call)
-        except ContextOverflowError as exc:
-            logger.info("%s: stopping, %s", record.task_id, exc)
-            return CONTEXT_OVERFLOW
-        if counter is None and comp.prompt_tokens:
-            prompt_tokens = comp.prompt_tokens if prompt_tokens is None else prompt_tokens
-            if budget.room(comp.prompt_tokens, comp.prompt_tokens - prompt_tokens) < 1:
-                return CONTEXT_OVERFLOW
-        record.num_llm_calls += 1
-        record.num_prompt_tokens += comp.prompt_tokens
-        record.num_response_tokens += comp.completion_tokens
-        record.messages.append({"role": "assistant", "content": comp.text})
-        obs, terminated, _info = _unpack_step(client.step(instance_id, comp.text))
-        if obs is not None:
-            if tokenizer is not None:
-                obs, _clipped = clip_text(tokenizer, obs, budget.max_env_tokens)
-            record.messages.append({"role": observation_role, "content": obs})
-        if terminated:
-            return "terminated"
-    return "max_llm_calls"
-
-
-def _release(client: Any, instance_id: str) -> None:
-    try:
-        client.release(instance_id)
-    except Exception:  # the episode's result stands; a leaked instance is the service's to reap
-        logger.warning("release of instance %s failed", instance_id, exc_info=True)
+    return ValidationRecord.from_episode(result.with_reward(reward.score, reward.meta), **line)
 
 
 def _generation_dict(sampling: SamplingSettings, budget: RolloutSettings) -> dict[str, Any]:
@@ -309,11 +218,11 @@ def filter_prompt_length(
     for tid in ids:
         if limit is not None and len(kept) >= limit:
             break
-        instance_id, messages, _info = _unpack_create(client.create(tid, params))
+        created = client.create(tid, params)
         try:
-            n = counter(messages)
+            n = counter(created.messages)
         finally:
-            _release(client, instance_id)
+            release(client, created.instance_id)
         if n > max_prompt_tokens:
             logger.info("skipping %s: its prompt has %d tokens > max_prompt_tokens %d",
                         tid, n, max_prompt_tokens)
@@ -454,7 +363,7 @@ def _run_repeat(
                     len(ids) - len(todo), len(ids))
 
     def work(tid: str) -> ValidationRecord:
-        return run_episode(client(), policy, tid, params=settings.episode_params(),
+        return evaluate_episode(client(), policy, tid, params=settings.episode_params(),
                            sampling=sampling, budget=settings.budget,
                            step=settings.step, split=split_of(tid), repeat=repeat, category=category_of(tid))
 
