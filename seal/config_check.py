@@ -1,22 +1,12 @@
 """The one validation pass over a composed experiment config, before anything heavy starts.
 
-:func:`check_config` runs after Hydra has composed the tree and before the model, Ray or the
-environment service start. It reads only YAML, the task store's ids and file names (never a
-model or tokenizer), and fails with one :class:`~seal.config_base.ConfigError` line naming the key.
-Every composition runs the SEAL part; ``full`` adds the rest:
-
-* ``seal.plugins`` are imported first (they may register tags, reweighters, environments);
-* the SEAL blocks (``trainer.backend`` and the other keys of :mod:`seal.schema`, ``env_service.*``,
-  ``seal.*``): every key a field of the schema, of its type (strings strictly), with the nearest
-  key named; a plug-in reweighter's block by its own config class;
-* the environment's params block (``env_service.<env>``) by the environment alone: its interface
-  blocks, then its own params model (``Environment.check_params``);
-* ``full``: verl's keys against verl's installed ``ppo_trainer`` config (a number where verl
-  wants a string is accepted); task ids in ``seal.tasks.{train,val}_ids`` against the task store
-  (with the nearest real id); ``data.{train,val}_files`` on disk; a local model folder.
-
-Settings that contradict each other without being wrong (an explicit id list next to a data
-file) produce one warning saying which one wins.
+:func:`check_config` reads only YAML, the task store's ids and file names (never a model or
+tokenizer) and fails with one :class:`~seal.config_base.ConfigError` line naming the key (the
+messages are listed in docs/errors.md). Every composition checks the SEAL part: ``seal.plugins``
+imported first, then the SEAL blocks against :mod:`seal.schema` (strings strictly, the nearest key
+named), a plug-in reweighter's block by its config class, the environment's params block by the
+environment. ``full`` adds verl's keys against verl's ``ppo_trainer`` config, task ids, data files
+and a local model folder; an id list next to a data file is one warning saying which one wins.
 """
 
 from __future__ import annotations
@@ -49,10 +39,6 @@ _TYPE_NAMES = {bool: "true or false", int: "int", float: "number", str: "string"
 BACKENDS = ("verl", "local")
 # The SEAL blocks: checked against the schema (strings strictly), not against verl's tree.
 SEAL_BLOCKS = ("env_service", "seal")
-
-
-def _error(message: str) -> Exception:
-    return ConfigError(message)
 
 
 @functools.lru_cache(maxsize=1)
@@ -125,7 +111,7 @@ def check_config(cfg: DictConfig, overrides: Sequence[str] = (), *, full: bool =
         plain = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
     except Exception as exc:  # omegaconf raises several unrelated types for a bad interpolation
         key = getattr(exc, "full_key", "") or "config"
-        raise _error(f"{key}: cannot resolve its value ({str(exc).splitlines()[0]})") from exc
+        raise ConfigError(f"{key}: cannot resolve its value ({str(exc).splitlines()[0]})") from exc
     # Types are checked where a value is written: an interpolation (verl's `rollout_n:
     # ${...rollout.n}`) is judged at the key it points to, so the error names the key the user set.
     verl_side = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k not in SEAL_BLOCKS}
@@ -141,25 +127,25 @@ def load_plugins(cfg: DictConfig) -> None:
 
     modules = to_plain(OmegaConf.select(cfg, "seal.plugins")) or []
     if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
-        raise _error(f"seal.plugins={modules!r}: expected a list of module names")
+        raise ConfigError(f"seal.plugins={modules!r}: expected a list of module names")
     try:
         load(modules)
     except ValueError as exc:
-        raise _error(str(exc)) from exc
+        raise ConfigError(str(exc)) from exc
 
 
 def check_seal_blocks(cfg: DictConfig) -> None:
     """The SEAL blocks against the schema, the environment's params block by the environment."""
     for top in SEAL_BLOCKS:
         if top not in cfg:
-            raise _error(f"{top}: block missing; compose the experiment on exp/seal_base.yaml")
+            raise ConfigError(f"{top}: block missing; compose the experiment on exp/seal_base.yaml")
     check_environment(cfg)
     ref = seal_reference()
     for top in SEAL_BLOCKS:
         _check_node(cfg[top], ref[top], top)
     backend = OmegaConf.select(cfg, "trainer.backend")
     if backend not in BACKENDS:
-        raise _error(f"trainer.backend={backend!r}: choose one of {list(BACKENDS)}")
+        raise ConfigError(f"trainer.backend={backend!r}: choose one of {list(BACKENDS)}")
 
 
 def _check_node(node: Any, ref: Any, path: str) -> None:
@@ -168,7 +154,7 @@ def _check_node(node: Any, ref: Any, path: str) -> None:
         return
     if isinstance(ref, dict):
         if not isinstance(node, DictConfig):
-            raise _error(f"{path}: expected a mapping, got {type(node).__name__}")
+            raise ConfigError(f"{path}: expected a mapping, got {type(node).__name__}")
         for key in node:
             sub = f"{path}.{key}"
             if key in ref:
@@ -178,14 +164,14 @@ def _check_node(node: Any, ref: Any, path: str) -> None:
             elif not (path == "seal.advantage" and _check_reweighter_block(str(key), node[key])):
                 near = nearest(str(key), [str(k) for k in ref])
                 hint = f"did you mean {path}.{near}?" if near else f"known: {', '.join(str(k) for k in ref)}"
-                raise _error(f"{sub}: unknown key ({hint})")
+                raise ConfigError(f"{sub}: unknown key ({hint})")
         return
     if path.startswith("env_service.") and _is_environment(path.split(".")[1]):
         return
     value = to_plain(node)
     problem = type_problem(value, ref, path, strict_strings=True)
     if problem:
-        raise _error(f"{path}={show(value)}: expected {problem}")
+        raise ConfigError(f"{path}={show(value)}: expected {problem}")
 
 
 def _is_environment(name: str) -> bool:
@@ -206,7 +192,7 @@ def _check_reweighter_block(name: str, block: Any) -> bool:
     try:
         spec.build_config(to_plain(block))
     except (ValueError, TypeError) as exc:
-        raise _error(str(exc)) from exc
+        raise ConfigError(str(exc)) from exc
     return True
 
 
@@ -214,13 +200,13 @@ def _check_tag_weights(node: Any, path: str) -> None:
     from seal.tags import known_tags
 
     if not isinstance(node, DictConfig):
-        raise _error(f"{path}: expected a mapping of tag -> weight")
+        raise ConfigError(f"{path}: expected a mapping of tag -> weight")
     known = known_tags()
     for key, value in node.items():
         if key not in known:
-            raise _error(f"{path}.{key}: unknown failure tag (known: {', '.join(sorted(known))})")
+            raise ConfigError(f"{path}.{key}: unknown failure tag (known: {', '.join(sorted(known))})")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise _error(f"{path}.{key}={value!r}: expected a number")
+            raise ConfigError(f"{path}.{key}={value!r}: expected a number")
 
 
 def check_environment(cfg: DictConfig) -> None:
@@ -234,22 +220,22 @@ def check_environment(cfg: DictConfig) -> None:
 
     name = OmegaConf.select(cfg, "env_service.env")
     if name not in known_environments():
-        raise _error(f"env_service.env={name!r}: {unknown_environment_message(name)}")
+        raise ConfigError(f"env_service.env={name!r}: {unknown_environment_message(name)}")
     env = get_environment(name)
     block = to_plain(cfg.env_service.get(name))
     if block is None:
         return
     if not isinstance(block, dict):
-        raise _error(f"env_service.{name}: expected a mapping of the environment's episode params")
+        raise ConfigError(f"env_service.{name}: expected a mapping of the environment's episode params")
     check_interface(block, env)
     if env.check_params is None:
         return
     try:
         env.check_params(dict(block))
     except ValidationError as err:
-        raise _error(f"env_service.{name}: {validation_summary(err)}") from None
+        raise ConfigError(f"env_service.{name}: {validation_summary(err)}") from None
     except ValueError as err:
-        raise _error(f"env_service.{name}: {err}") from None
+        raise ConfigError(f"env_service.{name}: {err}") from None
 
 
 def check_interface(block: dict[str, Any], env: Any) -> None:
@@ -260,7 +246,7 @@ def check_interface(block: dict[str, Any], env: Any) -> None:
     try:
         check_interface_blocks(block, env.interface_blocks, env=env.name, where=f"env_service.{env.name}")
     except ValueError as err:
-        raise _error(str(err)) from None
+        raise ConfigError(str(err)) from None
 
 
 def check_keys_and_types(node: Any, ref: Any, *, path: str = "", added: Sequence[str] = ()) -> None:
@@ -273,13 +259,13 @@ def check_keys_and_types(node: Any, ref: Any, *, path: str = "", added: Sequence
                 check_keys_and_types(value, ref[key], path=sub, added=added)
             elif not is_open and not any(a == sub or a.startswith(sub + ".") or sub.startswith(a + ".")
                                          for a in added):
-                raise _error(unknown_key_message(sub))
+                raise ConfigError(unknown_key_message(sub))
         return
     if isinstance(node, str) and "${" in node:
         return
     problem = type_problem(node, ref, path)
     if problem:
-        raise _error(f"{path}={show(node)}: expected {problem}")
+        raise ConfigError(f"{path}={show(node)}: expected {problem}")
 
 
 def type_problem(value: Any, ref: Any, path: str, *, strict_strings: bool = False) -> str | None:
@@ -341,7 +327,7 @@ def check_model_path(plain: dict[str, Any]) -> None:
         p = Path(os.path.expanduser(value))
         if p.is_dir() or (not p.is_absolute() and (REPO_ROOT / p).is_dir()):
             continue
-        raise _error(f"actor_rollout_ref.model.{key}={value}: no such model folder (fix: run install.sh, "
+        raise ConfigError(f"actor_rollout_ref.model.{key}={value}: no such model folder (fix: run install.sh, "
                      "scripts/prepare_model.py, or give a local folder or a hub id such as Qwen/Qwen2.5-7B-Instruct)")
 
 
@@ -360,14 +346,14 @@ def check_hub_model(key: str, repo_id: str, *, timeout_s: float = 10.0) -> None:
         return
     fix = "fix: download it once with network access, or point the key at a local model folder"
     if constants.HF_HUB_OFFLINE:
-        raise _error(f"{key}={repo_id}: not in the local hub cache and HF_HUB_OFFLINE is set ({fix})")
+        raise ConfigError(f"{key}={repo_id}: not in the local hub cache and HF_HUB_OFFLINE is set ({fix})")
     try:
         HfApi().model_info(repo_id, timeout=timeout_s)
     except RepositoryNotFoundError:
-        raise _error(f"{key}={repo_id}: no such model on the hub, or a private/gated one this machine is not "
+        raise ConfigError(f"{key}={repo_id}: no such model on the hub, or a private/gated one this machine is not "
                      "logged in for (fix: check the id, or run `hf auth login`)") from None
     except (httpx.HTTPError, OSError) as exc:
-        raise _error(f"{key}={repo_id}: not in the local hub cache and the hub is unreachable "
+        raise ConfigError(f"{key}={repo_id}: not in the local hub cache and the hub is unreachable "
                      f"({type(exc).__name__}: {exc}; {fix})") from None
 
 
@@ -391,7 +377,7 @@ def check_tasks(plain: dict[str, Any]) -> list[str]:
         for f in files:
             if not resolve_data_file(str(f)).is_file():
                 wins = f"; seal.tasks.{split}_ids is set and would be used instead" if ids else ""
-                raise _error(f"data.{split}_files={f}: file not found (fix: give an existing parquet file, "
+                raise ConfigError(f"data.{split}_files={f}: file not found (fix: give an existing parquet file, "
                              f"e.g. data/bfcl_{'train' if split == 'train' else 'eval_400'}.parquet{wins})")
         if ids:
             check_task_ids([str(i) for i in ids], f"seal.tasks.{split}_ids", (plain.get("env_service") or {}).get("env"))
@@ -413,5 +399,5 @@ def check_task_ids(ids: Sequence[str], key: str, env_name: str | None = None) ->
         if tid not in store:
             near = nearest(tid, store.ids())
             hint = f"the nearest is {near}" if near else f"ids look like {env.example_task_id}"
-            raise _error(f"{key}: task id {tid!r} does not exist ({hint}; fix: list ids of the {env.name} "
+            raise ConfigError(f"{key}: task id {tid!r} does not exist ({hint}; fix: list ids of the {env.name} "
                          "tasks, or leave the key null to use the data file)")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from seal.eval.logs import is_errored, is_pass
 
@@ -78,15 +78,6 @@ def dedupe_latest(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(keyed.values()) + anonymous
 
 
-def filter_split(
-    records: list[dict[str, Any]], split: str, split_of: Callable[[dict[str, Any]], str | None]
-) -> list[dict[str, Any]]:
-    """Records of ``split`` (``all`` keeps everything); ``split_of`` maps a record to its split."""
-    if split == "all":
-        return list(records)
-    return [r for r in records if split_of(r) == split]
-
-
 def pass_counts(records: Iterable[dict[str, Any]]) -> dict[str, PassCount]:
     """``{category: PassCount}`` plus ``overall`` (pooled over all records); errored episodes
     are counted apart, outside the rates."""
@@ -130,26 +121,3 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     var = sum((v - m) ** 2 for v in values) / (len(values) - 1)
     return m, math.sqrt(var)
 
-
-def per_step_counts(
-    steps: Mapping[int, list[dict[str, Any]]],
-    split: str = "all",
-    split_of: Callable[[dict[str, Any]], str | None] | None = None,
-) -> dict[int, dict[str, PassCount]]:
-    """Pass counts for every step of a log dir, after dedupe and the split filter."""
-    out: dict[int, dict[str, PassCount]] = {}
-    for step, records in steps.items():
-        recs = dedupe_latest(records)
-        if split != "all":
-            if split_of is None:
-                raise ValueError(f"split={split!r} needs split_of (e.g. from the eval parquet)")
-            recs = filter_split(recs, split, split_of)
-        out[step] = pass_counts(recs)
-    return out
-
-
-def group_by(records: Iterable[dict[str, Any]], key: str) -> dict[Any, list[dict[str, Any]]]:
-    groups: dict[Any, list[dict[str, Any]]] = defaultdict(list)
-    for r in records:
-        groups[r.get(key)].append(r)
-    return dict(groups)

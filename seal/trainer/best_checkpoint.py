@@ -1,24 +1,10 @@
 """Best-validation-step checkpoints, kept as the SEAL release keeps them, on both backends.
 
-The release's trainer (``trainer.save_best_checkpoint``, ``keep_only_best_checkpoint``,
-``best_checkpoint_metric``, ``best_checkpoint_mode``) does this after every validation pass,
-the one before training included:
-
-* the compared score is ``best_checkpoint_metric`` when set; otherwise the alphabetically first
-  per-category pass rate (verl's ``val-core/<category>/reward/mean@1``), i.e. the
-  ``multi_turn_base`` category on the 400-task split;
-* a step is the new best only when strictly better (``max``: higher, ``min``: lower): on a tie
-  the earlier step stays the best;
-* a new best is saved as a normal ``global_step_<k>`` checkpoint (unless one was saved at that
-  step already) and named in ``best_checkpoint.json``, ``best_checkpoint_path.txt`` and a
-  ``best`` symlink next to the step folders;
-* with ``keep_only_best_checkpoint`` every other ``global_step_*`` folder is deleted.
-
-Two differences, both for resumability (docs/paper_map.md): the checkpoint the resume tracker
-(``latest_checkpointed_iteration.txt``) names is kept as well, so an interrupted run resumes
-from its latest state, not from the best step; and the best score is read back from
-``best_checkpoint.json`` on resume, so the first validation after a resume does not replace
-the real best with whatever it scores.
+After every validation pass (the one before training included) a strictly better score than every
+earlier one is checkpointed as ``global_step_<k>`` and named in ``best_checkpoint.json``,
+``best_checkpoint_path.txt`` and the ``best`` link; ``keep_only_best_checkpoint`` deletes the other
+step folders. Unlike the release, the resume point is kept too and the best score is read back on
+resume. The rule and both differences: docs/paper_map.md.
 """
 
 from __future__ import annotations
@@ -35,13 +21,13 @@ from typing import Any
 
 from seal.config_base import ConfigError
 from seal.schema import setting
+from seal.trainer.finished import tracker_step
 
 logger = logging.getLogger(__name__)
 
 MARKER = "best_checkpoint.json"
 PATH_MARKER = "best_checkpoint_path.txt"
 LINK = "best"
-TRACKER = "latest_checkpointed_iteration.txt"
 STEP_PREFIX = "global_step_"
 
 # The release's automatic choice, in order: the first group with a usable value wins and the
@@ -214,14 +200,6 @@ class BestCheckpointKeeper:
             removed += 1
             logger.info("best checkpoint: removed %s (neither the best nor the latest)", path)
         return removed
-
-
-def tracker_step(root: Path) -> int | None:
-    """The step ``root/latest_checkpointed_iteration.txt`` names (None when absent or unreadable)."""
-    try:
-        return int((Path(root) / TRACKER).read_text(encoding="utf-8").strip())
-    except (OSError, ValueError):
-        return None
 
 
 def _write_atomic(path: Path, text: str) -> None:
