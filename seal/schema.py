@@ -1,19 +1,10 @@
 """The SEAL config schema: every SEAL key of an experiment config, with its one default and its doc.
 
-Each block is a dataclass; a field's default is the paper release's recipe and its ``doc`` (field
-metadata) says what it does. Blocks whose settings class predates the schema are that class
-(:class:`~seal.rewards.RewardConfig`, :class:`~seal.advantage.weights.APatchConfig`); their docs
-sit in :data:`DOCS`. A settings class built from one block may instead extend the block's dataclass
-(:class:`~seal.warm_start.settings.WarmStartSettings` extends :class:`WarmStartKeys`).
-:func:`register` stores the defaults in Hydra's ConfigStore as the config ``seal_schema``, which
-``exp/seal_base.yaml`` names first in its defaults list: the composed config holds every key (so a
-Hydra override of any key works) as a plain DictConfig, the only kind verl and its Ray workers see.
-
-The per-episode params block of an environment (``env_service.<env>``, e.g. ``env_service.bfcl``)
-is the environment's own: its pydantic params model is its schema (``Environment.check_params``);
-``exp/seal_base.yaml`` holds the recipe's values for BFCL.
-
-Adding a knob is one field in one dataclass here (or in the block's settings class).
+Each block is a dataclass; a field's ``doc`` (field metadata) says what it does. Blocks whose
+settings class predates the schema are that class (``RewardConfig``, ``APatchConfig``), documented
+in :data:`DOCS`. :func:`register` stores the defaults in Hydra's ConfigStore as ``seal_schema``,
+which ``exp/seal_base.yaml`` names first in its defaults list. An environment's params block
+(``env_service.<env>``) is the environment's own pydantic model (``Environment.check_params``).
 """
 
 from __future__ import annotations
@@ -93,7 +84,7 @@ class AdvantageKeys:
     apatch: APatchConfig = field(default_factory=APatchConfig, metadata={"doc": "A-Patch's settings."})
 
 
-@dataclass
+@dataclass(frozen=True)
 class RolloutKeys:
     """``seal.rollout``: the episode budget and options (read by :class:`seal.rollout.settings.RolloutSettings`)."""
 
@@ -114,12 +105,8 @@ class RolloutKeys:
 
 @dataclass(frozen=True)
 class WarmStartKeys:
-    """``seal.warm_start``: supervised warm start before RL (an extension, off in the paper's recipe).
-
-    The policy is fine-tuned on the oracle episodes of training tasks (their ground truth replayed
-    through the episode runner with the training interface), once; later runs reuse the checkpoint
-    with the same fingerprint. Local backend: on seal.local.device; verl backend: verl's SFT trainer.
-    """
+    """``seal.warm_start``: supervised warm start on oracle episodes before RL (:mod:`seal.warm_start`;
+    off in the paper's recipe). Local backend: on seal.local.device; verl backend: verl's SFT trainer."""
 
     enable: bool = knob(False, "Run the warm start before RL.")
     task_ids: tuple[str, ...] | None = knob(None, "Its tasks (training tasks only); null = the environment's "
