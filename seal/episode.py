@@ -1,21 +1,12 @@
 """The typed episode record: what one played episode produced, read by every consumer.
 
-Two frozen dataclasses:
-
-* :class:`Evaluation`: the environment's verdict on an episode, parsed from its ``/evaluate``
-  result (``sparse=False``) by :meth:`Evaluation.from_wire`, the one place that reads the wire
-  format. Required keys: ``valid`` (bool) and ``failure_tags`` (one tag per ground-truth turn);
-  the others are optional and ``None`` when the environment does not report them (the dense
-  reward modes need the turn counts and say so when they are missing).
-* :class:`EpisodeResult`: one episode as the episode runner finished it: the evaluation (or none,
-  when the LLM or the environment failed), the reward, the runner's counts, the messages and the
-  fault flags. Built once by the runner; the trainers' observe/update paths, validation logs,
-  ``seal eval`` and the roundtrip check read it.
-
-verl moves per-episode data as ``AgentLoopOutput.extra_fields`` and then as ``non_tensor_batch``
-columns (numpy object arrays, one per key). :meth:`EpisodeResult.to_fields` and
-:meth:`EpisodeResult.from_fields` are the two directions of that boundary; the field dict is
-JSON-safe, so the same form also travels inside the validation dump's ``seal_record`` column.
+:class:`Evaluation` is the environment's verdict, parsed from its ``/evaluate`` result by
+:meth:`Evaluation.from_wire`, the one reader of that wire format (``valid`` and ``failure_tags``
+required, the rest ``None`` when not reported). :class:`EpisodeResult` is one episode as the
+episode loop finished it, built once and read by the trainers, the validation logs and ``seal eval``.
+:meth:`EpisodeResult.to_fields` / :meth:`EpisodeResult.from_fields` cross verl's
+``extra_fields`` / ``non_tensor_batch`` boundary; the field dict is JSON-safe, so it also travels in
+the validation dump's ``seal_record`` column.
 """
 
 from __future__ import annotations

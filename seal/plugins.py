@@ -1,16 +1,10 @@
 """Research plug-ins: modules that register failure tags, reweighters or environments on import.
 
-``seal.plugins`` in the experiment config lists them by module name; the config check and the
-trainer's SEAL hooks import them before anything reads the registries, so a config may name a
-plug-in's environment (``env_service.env``), its reweighter, or weight its tag. The environment
-service imports the same modules first with ``--plugin`` (``python -m env_service --plugin MOD``;
-:class:`env_service.service.ServiceConfig` ``plugins``, which the in-process client takes too),
-in the service process and in every worker; the service the launcher starts gets each
-``seal.plugins`` module as ``--plugin``, and the folders they were imported from on its
-``PYTHONPATH`` (:func:`child_environment`).
-
-A run records its plug-ins' code beside ``git_commit.txt`` (:func:`plugin_record`): each module's
-file hash, and the commit of the git repository it lives in, if any.
+``seal.plugins`` lists them by module name; the config check and the SEAL hooks import them before
+anything reads the registries. The environment service imports the same modules with ``--plugin``
+in every process; the service the launcher starts gets each one, and the folders they came from
+on its ``PYTHONPATH`` (:func:`child_environment`). A run records its plug-ins' code beside
+``git_commit.txt`` (:func:`plugin_record`): each module's file hash and its repository's commit.
 """
 
 from __future__ import annotations

@@ -74,28 +74,13 @@ class EvalSettings:
 # --------------------------------------------------------------------------- one episode
 
 
-def evaluate_episode(
-    client: Any,
-    policy: ChatPolicy,
-    task_id: str,
-    *,
-    params: dict[str, Any],
-    sampling: SamplingSettings,
-    budget: RolloutSettings | None = None,
-    max_llm_calls: int | None = None,
-    step: int = 0,
-    split: str | None = None,
-    repeat: int = 0,
-    category: str | None = None,
-) -> ValidationRecord:
+def evaluate_episode(client: Any, policy: ChatPolicy, task_id: str, *, params: dict[str, Any],
+                     sampling: SamplingSettings, budget: RolloutSettings | None = None,
+                     max_llm_calls: int | None = None, step: int = 0, split: str | None = None, repeat: int = 0,
+                     category: str | None = None) -> ValidationRecord:
     """Play one validation episode through the episode loop and return its log record (errors
-    are recorded, not raised; ``seal eval`` run again redoes an errored episode).
-
-    ``budget``: the episode budget the trainers apply (:class:`RolloutSettings`, from the same
-    config keys; default the paper recipe's); ``max_llm_calls`` overrides its LLM-call limit.
-    ``category``: the task's category as its environment's task store records it (default: the
-    category the environment reports at ``/create``).
-    """
+    are recorded, not raised). ``budget``: the trainers' :class:`RolloutSettings` (default the
+    recipe's); ``category``: the task store's (default: the one the environment reports)."""
     budget = budget or RolloutSettings()
     if max_llm_calls is not None:
         budget = replace(budget, max_llm_calls=max_llm_calls)
@@ -201,10 +186,8 @@ def select_tasks(settings: EvalSettings, ids: list[str]) -> list[str]:
     return ids
 
 
-def filter_prompt_length(
-    client: Any, policy: ChatPolicy, ids: list[str], params: dict[str, Any],
-    max_prompt_tokens: int, limit: int | None,
-) -> tuple[list[str], dict[str, int]]:
+def filter_prompt_length(client: Any, policy: ChatPolicy, ids: list[str], params: dict[str, Any],
+                         max_prompt_tokens: int, limit: int | None) -> tuple[list[str], dict[str, int]]:
     """Keep tasks whose initial prompt fits ``max_prompt_tokens``; stop once ``limit`` fit.
 
     Returns the kept ids and ``{skipped id: prompt tokens}``. Needs a policy that can count
@@ -263,12 +246,8 @@ def repeat_dir(out_dir: Path, repeat: int, repeats: int) -> Path:
     return out_dir if repeats == 1 else out_dir / f"repeat_{repeat}"
 
 
-def run_eval(
-    settings: EvalSettings,
-    policy: ChatPolicy,
-    client_factory: Callable[[], Any],
-    out_dir: str | Path,
-) -> EvalSummary:
+def run_eval(settings: EvalSettings, policy: ChatPolicy, client_factory: Callable[[], Any],
+             out_dir: str | Path) -> EvalSummary:
     """Evaluate ``policy`` on the selected tasks ``settings.repeats`` times; write logs + summary.
 
     Each repeat writes ``<dir>/validation_log/<step>.jsonl`` (``dir`` = ``out_dir`` or
@@ -310,13 +289,10 @@ def _run_all(settings: EvalSettings, policy: ChatPolicy, client: Callable[[], An
         raise ValueError("no task left to evaluate: check --split/--tasks/--categories/--limit")
     split_of = _split_lookup_or_none(settings)
     category_of = _category_lookup(settings.env, ids)
-    results = []
-    for r in range(settings.repeats):
-        results.append(_run_repeat(settings, policy, client, ids, out_dir, r, split_of, category_of))
-    summary = EvalSummary(
-        out_dir=str(out_dir), step=settings.step, task_ids=ids, skipped=skipped,
-        repeats=results, mean_std=_aggregate(results),
-    )
+    results = [_run_repeat(settings, policy, client, ids, out_dir, r, split_of, category_of)
+               for r in range(settings.repeats)]
+    summary = EvalSummary(out_dir=str(out_dir), step=settings.step, task_ids=ids, skipped=skipped,
+                          repeats=results, mean_std=_aggregate(results))
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "eval_summary.json").write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
     return summary
@@ -341,11 +317,9 @@ def _split_lookup_or_none(settings: EvalSettings) -> Callable[[str], str | None]
         return lambda _tid: settings.split
 
 
-def _run_repeat(
-    settings: EvalSettings, policy: ChatPolicy, client: Callable[[], Any], ids: list[str],
-    out_dir: Path, repeat: int, split_of: Callable[[str], str | None],
-    category_of: Callable[[str], str | None],
-) -> RepeatResult:
+def _run_repeat(settings: EvalSettings, policy: ChatPolicy, client: Callable[[], Any], ids: list[str], out_dir: Path,
+                repeat: int, split_of: Callable[[str], str | None],
+                category_of: Callable[[str], str | None]) -> RepeatResult:
     seed = settings.seed + repeat
     sampling = SamplingSettings(**{**settings.sampling.to_dict(), "seed": seed})
     set_seed = getattr(policy, "set_seed", None)
@@ -383,11 +357,9 @@ def _run_repeat(
     if errors:
         logger.warning("repeat %d: %d episodes could not be run (LLM or environment failure); they are left "
                        "out of the pass rates; run the same command again to redo them", repeat, errors)
-    return RepeatResult(
-        repeat=repeat, seed=seed, log_path=str(log_path),
-        counts={c: {"n_pass": pc.n_pass, "n": pc.n, "errored": pc.errored} for c, pc in counts.items()},
-        category_mean=category_mean(counts), errors=errors,
-    )
+    return RepeatResult(repeat=repeat, seed=seed, log_path=str(log_path), category_mean=category_mean(counts),
+                        counts={c: {"n_pass": pc.n_pass, "n": pc.n, "errored": pc.errored} for c, pc in counts.items()},
+                        errors=errors)
 
 
 def _progress(total: int, desc: str, enabled: bool) -> Any:

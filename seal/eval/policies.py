@@ -143,19 +143,9 @@ class OpenAIChatPolicy:
     ``tokenizer_path``: the served model's tokenizer folder; gives the policy ``count_tokens``.
     """
 
-    def __init__(
-        self,
-        base_url: str,
-        model: str,
-        *,
-        api_key: str | None = None,
-        max_concurrency: int = 8,
-        max_retries: int = 3,
-        timeout_s: float = 300.0,
-        backoff_s: float = 1.0,
-        transport: httpx.BaseTransport | None = None,
-        tokenizer_path: str | None = None,
-    ) -> None:
+    def __init__(self, base_url: str, model: str, *, api_key: str | None = None, max_concurrency: int = 8,
+                 max_retries: int = 3, timeout_s: float = 300.0, backoff_s: float = 1.0,
+                 transport: httpx.BaseTransport | None = None, tokenizer_path: str | None = None) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency={max_concurrency} must be >= 1")
         if max_retries < 0:
@@ -165,9 +155,8 @@ class OpenAIChatPolicy:
         self.backoff_s = backoff_s
         self._slots = threading.BoundedSemaphore(max_concurrency)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.Client(
-            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s, transport=transport
-        )
+        self._client = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s,
+                                    transport=transport)
         # With the served model's tokenizer seal eval counts the context and clips observations
         # itself, as the trainers do; without one it has only the server's reported usage.
         self.tokenizer = None
@@ -183,16 +172,11 @@ class OpenAIChatPolicy:
     def complete(self, messages: list[dict[str, Any]], sampling: SamplingSettings) -> str:
         return self.complete_with_usage(messages, sampling).text
 
-    def complete_with_usage(
-        self, messages: list[dict[str, Any]], sampling: SamplingSettings
-    ) -> Completion:
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": [{"role": m["role"], "content": m["content"]} for m in messages],
-            "temperature": sampling.temperature,
-            "top_p": sampling.top_p,
-            "max_tokens": sampling.max_tokens,
-        }
+    def complete_with_usage(self, messages: list[dict[str, Any]], sampling: SamplingSettings) -> Completion:
+        body: dict[str, Any] = {"model": self.model,
+                                "messages": [{"role": m["role"], "content": m["content"]} for m in messages],
+                                "temperature": sampling.temperature, "top_p": sampling.top_p,
+                                "max_tokens": sampling.max_tokens}
         if sampling.seed is not None:
             body["seed"] = sampling.seed
         with self._slots:
@@ -203,20 +187,16 @@ class OpenAIChatPolicy:
         except (KeyError, IndexError, TypeError) as exc:
             raise PolicyError(f"chat endpoint returned an unexpected body: {str(data)[:200]}") from exc
         usage = data.get("usage") or {}
-        return Completion(
-            text=text,
-            prompt_tokens=int(usage.get("prompt_tokens") or 0),
-            completion_tokens=int(usage.get("completion_tokens") or 0),
-            finish_reason=choice.get("finish_reason"),
-        )
+        return Completion(text=text, prompt_tokens=int(usage.get("prompt_tokens") or 0),
+                          completion_tokens=int(usage.get("completion_tokens") or 0),
+                          finish_reason=choice.get("finish_reason"))
 
     def _post_with_retries(self, body: dict[str, Any]) -> dict[str, Any]:
         last: str = ""
         for attempt in range(self.max_retries + 1):
             if attempt:
                 delay = self.backoff_s * 2 ** (attempt - 1) * (0.5 + random.random())
-                logger.warning("chat request failed (%s); retry %d/%d in %.1fs",
-                               last, attempt, self.max_retries, delay)
+                logger.warning("chat request failed (%s); retry %d/%d in %.1fs", last, attempt, self.max_retries, delay)
                 time.sleep(delay)
             try:
                 resp = self._client.post("/chat/completions", json=body)
@@ -231,9 +211,7 @@ class OpenAIChatPolicy:
                 # episode ends there, as on a local model, instead of failing the run.
                 raise ContextOverflowError(f"endpoint: {resp.text[:300]}")
             if resp.status_code >= 400:
-                raise PolicyError(
-                    f"chat endpoint answered HTTP {resp.status_code}: {resp.text[:300]}"
-                )
+                raise PolicyError(f"chat endpoint answered HTTP {resp.status_code}: {resp.text[:300]}")
             return resp.json()
         raise PolicyError(f"chat endpoint failed after {self.max_retries + 1} attempts: {last}")
 
@@ -242,42 +220,18 @@ class OpenAIChatPolicy:
 
 
 class HFChatPolicy:
-    """A local HF causal LM behind the chat template, served by the rollout engine.
-
-    A thin adapter over :class:`seal.engine.hf_server.HFServerManager` (the engine the trainer
-    samples with): chat template -> token ids -> ``generate`` -> decoded text. Concurrent callers
-    (threads) are batched by the server, and each conversation's key/values are kept between its
-    calls, so a multi-turn episode prefills only its new messages. The chat template gets no
-    ``tools=``: the environment's system prompt already lists the tools.
-
-    Args:
-        model_path: a HF checkpoint directory.
-        device: ``"cpu"`` only (the engine runs on CPU; serve GPU checkpoints with vLLM and use
-            :class:`OpenAIChatPolicy`).
-        dtype: ``auto`` (fp32 on CPU), ``float32``, ``bfloat16`` or ``float16``.
-        max_batch_size: most requests generated together.
-        max_batch_tokens: most padded new prompt tokens in one prefill forward.
-        batch_wait_s: collect further requests while each arrives within this gap.
-        context_length: the context window (default: the model's ``max_position_embeddings``).
-        prefix_cache_tokens: key/value positions kept for reuse (0 = no reuse, one padded
-            ``generate`` per batch).
-        prefix_cache: deprecated (a number of conversations); ``N > 0`` keeps ``N`` full contexts
-            of key/values, ``0`` turns reuse off. Use ``prefix_cache_tokens``.
+    """A local HF checkpoint (CPU only; serve a GPU one with vLLM and use :class:`OpenAIChatPolicy`)
+    behind the chat template, served by the trainer's rollout engine (:class:`seal.engine.hf_server.HFServerManager`):
+    concurrent callers are batched and each conversation's key/values are kept between its calls.
+    The chat template gets no ``tools=``: the environment's system prompt already lists the tools.
+    ``prefix_cache_tokens``: key/value positions kept (0 = no reuse); ``prefix_cache`` (a number of
+    full contexts) is its deprecated form; ``max_batch_tokens``: padded prompt tokens per prefill
+    forward; ``context_length`` defaults to the model's ``max_position_embeddings``.
     """
 
-    def __init__(
-        self,
-        model_path: str,
-        *,
-        device: str = "cpu",
-        dtype: str = "auto",
-        max_batch_size: int = 8,
-        max_batch_tokens: int = 16384,
-        batch_wait_s: float = 0.05,
-        context_length: int | None = None,
-        prefix_cache_tokens: int | None = None,
-        prefix_cache: int | None = None,
-    ) -> None:
+    def __init__(self, model_path: str, *, device: str = "cpu", dtype: str = "auto", max_batch_size: int = 8,
+                 max_batch_tokens: int = 16384, batch_wait_s: float = 0.05, context_length: int | None = None,
+                 prefix_cache_tokens: int | None = None, prefix_cache: int | None = None) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -293,9 +247,8 @@ class HFChatPolicy:
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=_resolve_dtype(torch, dtype, device))
         self.model.eval()
         self.device = device
-        self.context_length = context_length or int(
-            getattr(self.model.config, "max_position_embeddings", 0) or 0
-        ) or None
+        self.context_length = (context_length or int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
+                               or None)
         cache_tokens = _cache_tokens(prefix_cache_tokens, prefix_cache, self.context_length,
                                      DEFAULT_PREFIX_CACHE_TOKENS)
         # No autocast: greedy evaluation runs in the checkpoint's own dtype (fp32 on CPU keeps it
@@ -319,15 +272,11 @@ class HFChatPolicy:
     def complete(self, messages: list[dict[str, Any]], sampling: SamplingSettings) -> str:
         return self.complete_with_usage(messages, sampling).text
 
-    def complete_with_usage(
-        self, messages: list[dict[str, Any]], sampling: SamplingSettings
-    ) -> Completion:
+    def complete_with_usage(self, messages: list[dict[str, Any]], sampling: SamplingSettings) -> Completion:
         ids = self.encode(messages)
         if self.context_length and len(ids) + sampling.max_tokens > self.context_length:
-            raise ContextOverflowError(
-                f"prompt of {len(ids)} tokens + max_tokens {sampling.max_tokens} exceeds the "
-                f"context length {self.context_length}"
-            )
+            raise ContextOverflowError(f"prompt of {len(ids)} tokens + max_tokens {sampling.max_tokens} exceeds the "
+                                       f"context length {self.context_length}")
         params: dict[str, Any] = {"temperature": sampling.temperature, "top_p": sampling.top_p,
                                   "max_tokens": sampling.max_tokens}
         eos = self.tokenizer.eos_token_id

@@ -2,23 +2,16 @@
 
 :meth:`SealAgentLoop.run` plays one episode of any environment through the one episode loop
 (:mod:`seal.rollout.episode_loop`) and returns verl's :class:`AgentLoopOutput`, under verl's
-``AgentLoopManager`` (vLLM servers) and under the local trainer (:class:`~seal.engine.hf_server.HFServerManager`).
-Its adapter, :class:`TokenGenerator`, is token-in-token-out (:mod:`seal.rollout.tokens`): the prompt is
-the chat template of ``[system, (few-shot examples), first user]``; each LLM call appends the model's
-own token ids (mask 1), each observation a chat-template increment (mask 0); the environment gets the
-decoded generation. The episode is scored whole; its training tensors hold the first ``response_length``
-response tokens (the cut is counted in ``truncated_response_tokens``). A faulted episode has
-``excluded=True``, an all-zero ``response_mask`` and reward 0, so no trainer can train on it.
+``AgentLoopManager`` and under the local trainer. Its adapter, :class:`TokenGenerator`, is
+token-in-token-out (:mod:`seal.rollout.tokens`): the model's own token ids (mask 1), observations
+as chat-template increments (mask 0). The episode is scored whole; its training tensors hold the
+first ``response_length`` response tokens. A faulted episode has ``excluded=True``, an all-zero
+``response_mask`` and reward 0. ``extra_fields`` is the record's field form
+(:meth:`~seal.episode.EpisodeResult.to_fields`).
 
-``extra_fields`` is the record's field form (:meth:`~seal.episode.EpisodeResult.to_fields`), which verl
-turns into batch columns; every episode also carries ``extra_fields["reward_extra_info"]`` =
-``{"seal_record": <JSON of the same fields>}`` for the verl backend's validation dump.
-
-Dataset-row kwargs read by :meth:`run`: ``task_id`` (required), ``rollout_mode`` (``sample`` for
-training, ``validate`` for validation), optional ``env_params`` (merged over ``env_service.<env>``;
-the trainer delivers guideline lines this way), optional ``extra_info`` (``epoch`` for the reward's
-cap decay), ``category`` / ``data_source`` (kept by an episode that never got an instance), and any
-other verl fields (ignored).
+Dataset-row kwargs read by :meth:`run`: ``task_id`` (required), ``rollout_mode`` (``sample`` or
+``validate``), ``env_params`` (merged over ``env_service.<env>``), ``extra_info`` (``epoch``),
+``category`` / ``data_source`` (kept by an episode that never got an instance).
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """The one episode loop: every rule of playing an episode, for training, validation and ``seal eval``.
 
 :func:`play_episode` creates an instance, alternates LLM calls and environment steps, evaluates
-and releases; a :class:`Generator` adapter generates the replies: token ids through verl's
-``server_manager`` or the local engine for the trainers (:class:`seal.rollout.agent_loop.TokenGenerator`),
-chat text to a policy for ``seal eval`` (:class:`seal.eval.policies.ChatGenerator`). The rules, in order:
-
-* a prompt the generator cannot hold (the trainers' padded prompt width): ``prompt_overflow``;
-* ``max_llm_calls`` per episode, the optional ``max_llm_calls_per_turn`` (turns as the step info counts them);
-* the episode budget, :meth:`RolloutSettings.room`, over the context the next call would see (pending
-  observation included): no room ends the episode (``context_overflow``), else a call writes at most
-  ``min(room, per-call tokens)``. A generator that cannot count before a call is checked on the prompt
-  size its server reports, and a call the budget would not have allowed is discarded;
-* each observation is clipped to ``max_env_tokens`` (where the generator has a tokenizer);
-* faults: an LLM failure ends the episode unevaluated (``llm_error``); an environment failure ends
-  the attempt and the whole episode is played again up to ``retries`` times (``env_error`` after
-  the last); a rejected ``/create`` (4xx) raises :class:`TaskRejected`. The instance is always released.
-
-Each caller turns the returned :class:`EpisodeState` into its own record.
+and releases; a :class:`Generator` adapter generates the replies (token ids for the trainers,
+:class:`seal.rollout.agent_loop.TokenGenerator`; chat text for ``seal eval``,
+:class:`seal.eval.policies.ChatGenerator`). The rules (prompt overflow, the LLM-call limits, the
+episode budget :meth:`RolloutSettings.room`, observation clipping, faults and retries) are in
+:func:`_play` and :func:`play_attempt`, in that order; docs/architecture.md describes them. Each
+caller turns the returned :class:`EpisodeState` into its own record.
 """
 
 from __future__ import annotations

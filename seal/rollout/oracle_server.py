@@ -1,16 +1,11 @@
 """A ``server_manager`` that plays a task's ground truth, for replays through the episode runner.
 
-:class:`OracleServer` answers each LLM call of one episode with the next of a fixed list of
-assistant messages (a task's oracle, :mod:`env_service.oracle`), in verl's
-``server_manager.generate`` contract, so the ground truth goes through the very runner training and
-validation use (:class:`seal.rollout.agent_loop.SealAgentLoop`): its prompt rendering, chat
-template, limits and checker. Uses: how many tasks fit an experiment's budget
-(``scripts/budget_replay.py``), whether every task a shipped config uses can pass within its
-limits (``tests/test_config_task_budgets.py``), and the supervised warm start's transcripts
-(:mod:`seal.warm_start.transcripts`).
-
-:func:`play_oracle` runs one such episode; :func:`oracle_messages_for` renders a task's oracle in
-the tool-call syntax the episode's parser reads.
+:class:`OracleServer` answers each LLM call of one episode with the next of a task's oracle
+assistant messages (:mod:`env_service.oracle`), in verl's ``server_manager.generate`` contract, so
+the ground truth goes through the very runner training and validation use: its prompt rendering,
+chat template, limits and checker (``scripts/budget_replay.py``, the config task-budget test, the
+warm start's transcripts). :func:`play_oracle` runs one such episode; :func:`oracle_messages_for`
+renders a task's oracle in the tool-call syntax the episode's parser reads.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """Which episodes of a training step the policy learns from: one rule for both backends.
 
-An episode is left out of the update (its loss mask zeroed, its reward kept out of its GRPO
-group's baseline) when
-
-1. it is *excluded* (:attr:`seal.episode.EpisodeResult.excluded`): the environment or the LLM
-   failed, or its prompt did not fit the context, or the model wrote nothing; such an episode was not
-   played to the end, so its reward says nothing about the policy;
-2. it is a *lone survivor*: with ``n > 1`` rollouts per task, every other episode of its group
-   was excluded. GRPO's baseline is the group mean; a group of one has none (verl's
-   ``compute_grpo_outcome_advantage`` would give it its raw reward as advantage), so it carries
-   no baseline-corrected signal.
-
-A step whose episodes are all left out has nothing to train on: the trainers skip the update,
-log a warning and count it in ``seal/skipped_updates``.
+An episode is left out of the update (loss mask zeroed, reward kept out of its GRPO group's
+baseline) when it is *excluded* (:attr:`seal.episode.EpisodeResult.excluded`: a fault, a prompt
+that did not fit, nothing written) or a *lone survivor* (``n > 1`` and every other episode of its
+group was excluded: a group of one has no baseline). A step with nothing left skips the update
+(``seal/skipped_updates``). The table of cases is in docs/paper_map.md.
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """The task dataset verl's trainer iterates: one small row per task, never the long prompt.
 
-The parquet files (``data.train_files`` / ``data.val_files``) hold verl's usual five columns, and
-their ``prompt`` column is a 13k–30k-character prompt that SEAL ignores: the environment service
-renders the real prompt from the task id. verl's ``RLHFDataset`` would carry that text through
-every batch and, with ``filter_overlong_prompts``, tokenise it. :class:`TaskDataset` is built
-from task ids only (``extra_info.index`` of the parquet rows, after the ``seal.tasks`` filters —
-the same selection the local backend makes) and yields what the episode runner needs:
-
-* ``task_id`` and ``rollout_mode`` (``sample`` for training, ``validate`` for validation), the
-  keyword arguments of the ``seal`` agent loop's ``run``;
-* ``agent_name`` (``seal``), which verl's agent-loop worker uses to pick the loop class;
-* ``raw_prompt``, a one-message placeholder holding the task id (verl copies it into the
-  batch; nothing tokenises it), ``data_source`` (the category, as the environment's task store
-  records it; verl's validation groups
-  its ``val-core/<data_source>/...`` metrics by), ``extra_info`` / ``index`` and a dummy tensor
-  (verl's collate needs one tensor per row).
-
-The trainer adds each row's ``env_params`` right before rollout (see ``trainer.py``).
+The parquet files' ``prompt`` column (13k-30k characters) is ignored: the environment service
+renders the real prompt from the task id, and verl's ``RLHFDataset`` would carry and tokenise it.
+:class:`TaskDataset` is built from task ids (``extra_info.index``, after the ``seal.tasks`` filters,
+as on the local backend) and yields ``task_id``, ``rollout_mode``, ``agent_name``, a placeholder
+``raw_prompt``, ``data_source`` (the task store's category, by which verl groups its ``val-core``
+metrics), ``extra_info`` / ``index`` and the dummy tensor verl's collate needs. The trainer adds
+each row's ``env_params`` right before rollout.
 """
 
 from __future__ import annotations

@@ -1,32 +1,13 @@
 """``SealRayPPOTrainer``: verl's ``RayPPOTrainer`` with SEAL's step logic in one hook.
 
-verl's ``fit()`` is used as is. In verl 0.9.1 a training step runs, in order: rollout through the
-agent loop, reward extraction, old/ref log-probs, ``compute_advantage`` (a module function, so it
-cannot be overridden), the critic update (GRPO has no critic), then ``self._update_actor(batch)``,
-then the periodic ``self._save_checkpoint()``, then logging of the step's metrics. The first
-method of the trainer that sees the GRPO advantages before the policy update is therefore
-``_update_actor``; SEAL overrides it to
-
-a. observe the step's episodes in the capability state,
-b. rescale ``batch.batch["advantages"]`` with A-Patch (after the GRPO advantages),
-c. return ``seal/*`` metrics inside the actor output, which ``fit()`` reduces and logs through
-   verl's ``Tracking`` (console, TensorBoard, W&B — whatever ``trainer.logger`` lists).
-
-The step is read once: the first of ``_compute_old_log_prob`` / ``_compute_ref_log_prob`` to run
-applies the step rules (:func:`seal.trainer.verl.batch.select_rows`: batch columns, left-out
-rows' masks zeroed); verl's ``compute_advantage`` then runs the SEAL estimator ``seal_grpo``
-(:mod:`seal.advantage.grpo`, :func:`use_seal_grpo`), which keeps those rows out of the baselines.
-
-Around the step, small extensions of verl's own methods (each calls verl's):
-
-* ``_save_checkpoint`` / ``_load_checkpoint`` add a ``seal/`` folder (the diagnosis state) to
-  verl's ``global_step_<n>/`` checkpoint;
-* ``_get_gen_batch`` (called by ``fit()`` and ``_validate()`` right before rollout) attaches each
-  row's environment parameters — the only way per-step interface settings derived from the
-  capability state reach the episode runners in the Ray agent-loop workers;
-* ``_dump_generations`` writes the validation log in the project's format (:mod:`seal.eval.logs`);
-* ``_validate`` is followed by the release's best-validation-step keeping
-  (:mod:`seal.trainer.best_checkpoint`, ``trainer.save_best_checkpoint``).
+verl's ``fit()`` is used as is. ``compute_advantage`` is a module function, so the first trainer
+method that sees the GRPO advantages before the policy update is ``_update_actor``; SEAL overrides
+it to observe the step's episodes, rescale ``batch.batch["advantages"]`` with the reweighter and
+return ``seal/*`` metrics, which ``fit()`` logs. The step rules are applied once, by the first of
+``_compute_old_log_prob`` / ``_compute_ref_log_prob`` to run (:func:`seal.trainer.verl.batch.select_rows`);
+the advantages are the SEAL estimator ``seal_grpo`` (:mod:`seal.advantage.grpo`). The other overrides
+(checkpoints with the diagnosis state, each row's environment params, the validation log, the
+best validation step after ``_validate``) each call verl's; docs/architecture.md lists them.
 """
 
 from __future__ import annotations
