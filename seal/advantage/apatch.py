@@ -44,16 +44,8 @@ def apply_scales(advantages: torch.Tensor, scales: torch.Tensor, apply_to: str) 
     raise ValueError(f"apply_to must be 'all', 'positive_advantage' or 'negative_advantage', got {apply_to!r}")
 
 
-def budget_scales(
-    scales: torch.Tensor,
-    active: torch.Tensor,
-    *,
-    strength: float,
-    min_scale: float,
-    max_scale: float,
-    normalize_mean: bool,
-    target_mean: float,
-) -> torch.Tensor:
+def budget_scales(scales: torch.Tensor, active: torch.Tensor, *, strength: float, min_scale: float, max_scale: float,
+                  normalize_mean: bool, target_mean: float) -> torch.Tensor:
     """Squeeze the active scales toward 1 and optionally renormalise their mean. ``(B,)`` -> ``(B,)``.
 
     On active rows: s ← clip(1 + strength·(s − 1)); then, if ``normalize_mean``,
@@ -72,9 +64,8 @@ def budget_scales(
     return out
 
 
-def prepare_tag_weights(
-    cfg: APatchConfig, step: int, capability: Any | None = None, saved: Mapping[str, Any] | None = None
-) -> tuple[dict[str, float], dict[str, Any]]:
+def prepare_tag_weights(cfg: APatchConfig, step: int, capability: Any | None = None,
+                        saved: Mapping[str, Any] | None = None) -> tuple[dict[str, float], dict[str, Any]]:
     """A-Patch's per-step preparation (its registered ``prepare``): the weights for ``step`` and
     the state to keep, ``{"tag_weights": <the dynamic weights so far>}``.
 
@@ -123,9 +114,8 @@ def _check_inputs(advantages: torch.Tensor, tags: Tags) -> None:
         raise ValueError(f"got {len(tags)} tag lists for {advantages.shape[0]} advantage rows")
 
 
-def _summary_metrics(
-    cfg: APatchConfig, before: Sequence[float], after: Sequence[float], active: Sequence[bool]
-) -> dict[str, float]:
+def _summary_metrics(cfg: APatchConfig, before: Sequence[float], after: Sequence[float],
+                     active: Sequence[bool]) -> dict[str, float]:
     p, b = cfg.metric_prefix, cfg.budget
     kept_before = [s for s, a in zip(before, active) if a]
     kept_after = [s for s, a in zip(after, active) if a]
@@ -146,14 +136,8 @@ def _summary_metrics(
 
 
 @register_reweighter("apatch", config=APatchConfig, prepare=prepare_tag_weights)
-def apatch_reweight(
-    advantages: torch.Tensor,
-    tags: Tags,
-    *,
-    cfg: APatchConfig,
-    weights: Mapping[str, float],
-    step: int,
-) -> tuple[torch.Tensor, dict[str, float]]:
+def apatch_reweight(advantages: torch.Tensor, tags: Tags, *, cfg: APatchConfig, weights: Mapping[str, float],
+                    step: int) -> tuple[torch.Tensor, dict[str, float]]:
     """Rescale each episode's advantages by its A-Patch scale (vectorised form).
 
     Args:
@@ -195,14 +179,8 @@ def _budget(scales: torch.Tensor, active: torch.Tensor, b: BudgetConfig) -> torc
 
 
 @register_reweighter("identity")
-def identity_reweight(
-    advantages: torch.Tensor,
-    tags: Tags,
-    *,
-    cfg: APatchConfig | None,
-    weights: Mapping[str, float],
-    step: int,
-) -> tuple[torch.Tensor, dict[str, float]]:
+def identity_reweight(advantages: torch.Tensor, tags: Tags, *, cfg: APatchConfig | None, weights: Mapping[str, float],
+                      step: int) -> tuple[torch.Tensor, dict[str, float]]:
     """The no-A-Patch ablation: advantages unchanged (a copy), ``enabled`` reported as 0 (under
     ``cfg.metric_prefix``; the hook passes no settings, so the default ``seal/apatch``)."""
     _check_inputs(advantages, tags)

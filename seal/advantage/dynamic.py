@@ -32,9 +32,8 @@ def _clip(x: float, lo: float, hi: float) -> float:
     return min(max(x, lo), hi)
 
 
-def step_dynamic_weights(
-    previous: Mapping[str, float], cfg: APatchConfig, tag_stats: Mapping[str, TagStats]
-) -> dict[str, float]:
+def step_dynamic_weights(previous: Mapping[str, float], cfg: APatchConfig,
+                         tag_stats: Mapping[str, TagStats]) -> dict[str, float]:
     """One EMA step from ``tag_stats`` (tag -> count, reward mean), with ``cfg.tag_weights`` as
     the base weights and ``cfg.dynamic`` / the scale range as the knobs."""
     d = cfg.dynamic
@@ -51,18 +50,10 @@ def step_dynamic_weights(
     )
 
 
-def update_dynamic_weights(
-    previous: Mapping[str, float],
-    base: Mapping[str, float],
-    tag_counts: Mapping[str, int | float],
-    tag_reward_mean: Mapping[str, float],
-    *,
-    ema_beta: float,
-    prevalence_alpha: float,
-    confidence_samples: int,
-    min_scale: float,
-    max_scale: float,
-) -> dict[str, float]:
+def update_dynamic_weights(previous: Mapping[str, float], base: Mapping[str, float],
+                           tag_counts: Mapping[str, int | float], tag_reward_mean: Mapping[str, float], *,
+                           ema_beta: float, prevalence_alpha: float, confidence_samples: int, min_scale: float,
+                           max_scale: float) -> dict[str, float]:
     """One EMA step of the closed-loop tag weights.
 
     With N = the summed counts of the non-excluded tags (``pass`` and ``unknown`` included),

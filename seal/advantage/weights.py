@@ -24,9 +24,8 @@ def _check_scale_range(section: str, min_scale: float, max_scale: float) -> None
     if not (math.isfinite(min_scale) and math.isfinite(max_scale)):
         raise ValueError(f"{section}: min_scale/max_scale must be finite, got {min_scale}, {max_scale}")
     if min_scale < 0 or min_scale > max_scale:
-        raise ValueError(
-            f"{section}: need 0 <= min_scale <= max_scale, got min_scale={min_scale}, max_scale={max_scale}"
-        )
+        raise ValueError(f"{section}: need 0 <= min_scale <= max_scale, got min_scale={min_scale}, "
+                         f"max_scale={max_scale}")
 
 
 @dataclass
@@ -42,14 +41,11 @@ class DynamicConfig:
         if not 0.0 <= self.ema_beta <= 1.0:
             raise ValueError(f"seal.advantage.apatch.dynamic.ema_beta must be in [0, 1], got {self.ema_beta}")
         if self.prevalence_alpha < 0:
-            raise ValueError(
-                f"seal.advantage.apatch.dynamic.prevalence_alpha must be >= 0, got {self.prevalence_alpha}"
-            )
+            raise ValueError("seal.advantage.apatch.dynamic.prevalence_alpha must be >= 0, "
+                             f"got {self.prevalence_alpha}")
         if int(self.confidence_samples) != self.confidence_samples or self.confidence_samples < 0:
-            raise ValueError(
-                "seal.advantage.apatch.dynamic.confidence_samples must be a non-negative integer, "
-                f"got {self.confidence_samples}"
-            )
+            raise ValueError("seal.advantage.apatch.dynamic.confidence_samples must be a non-negative integer, "
+                             f"got {self.confidence_samples}")
 
 
 @dataclass
@@ -102,9 +98,8 @@ class APatchConfig:
         if int(self.warmup_steps) != self.warmup_steps or self.warmup_steps < 0:
             raise ValueError(f"seal.advantage.apatch.warmup_steps must be a non-negative integer, got {self.warmup_steps}")
         if not self.metric_prefix or self.metric_prefix.endswith("/"):
-            raise ValueError(
-                f"seal.advantage.apatch.metric_prefix must be non-empty without a trailing '/', got {self.metric_prefix!r}"
-            )
+            raise ValueError("seal.advantage.apatch.metric_prefix must be non-empty without a trailing '/', "
+                             f"got {self.metric_prefix!r}")
         self.dynamic = dataclass_from_mapping(DynamicConfig, self.dynamic, section="seal.advantage.apatch.dynamic")
         self.budget = dataclass_from_mapping(BudgetConfig, self.budget, section="seal.advantage.apatch.budget")
         self.tag_weights = _merge_tag_weights(self.tag_weights)
@@ -119,9 +114,7 @@ def _merge_tag_weights(overrides: Mapping[str, float] | None) -> dict[str, float
     merged = _default_weights()
     for tag, weight in (overrides or {}).items():
         if str(tag) not in known:
-            raise ValueError(
-                f"seal.advantage.apatch.tag_weights: unknown tag {tag!r}; known tags: {sorted(known)}"
-            )
+            raise ValueError(f"seal.advantage.apatch.tag_weights: unknown tag {tag!r}; known tags: {sorted(known)}")
         weight = float(weight)
         if not math.isfinite(weight) or weight < 0:
             raise ValueError(f"seal.advantage.apatch.tag_weights.{tag} must be finite and >= 0, got {weight}")
@@ -133,9 +126,8 @@ def _clip(x: float, lo: float, hi: float) -> float:
     return min(max(x, lo), hi)
 
 
-def trajectory_scale(
-    tags: Iterable[str], weights: Mapping[str, float], *, min_scale: float, max_scale: float
-) -> float:
+def trajectory_scale(tags: Iterable[str], weights: Mapping[str, float], *, min_scale: float,
+                     max_scale: float) -> float:
     """A-Patch scale of one episode: the mean tag weight over its turns, clipped.
 
     Excluded tags (:func:`seal.tags.excluded_tags`) are dropped first (they judge the checker, not the policy);

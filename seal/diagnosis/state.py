@@ -106,16 +106,8 @@ class CapabilityState:
         self.last_step: int | None = None
         self.observe_count = 0
 
-    def observe(
-        self,
-        category: str,
-        task_id: str,
-        reward: float,
-        success: bool,
-        tags: Iterable[str],
-        epoch: int,
-        step: int,
-    ) -> None:
+    def observe(self, category: str, task_id: str, reward: float, success: bool, tags: Iterable[str], epoch: int,
+                step: int) -> None:
         """Add one training episode. ``tags``: its per-turn tags (empty -> ``["unknown"]``).
 
         Each tag *occurrence* adds the episode's reward to the tag's buckets, so an episode
@@ -133,13 +125,10 @@ class CapabilityState:
         self.last_epoch, self.last_step = int(epoch), int(step)
         self.observe_count += 1
 
-    def _observe_task(
-        self, category: str, task_id: str, reward: float, success: bool, tags: list[str], step: int
-    ) -> None:
-        rec = self.tasks.setdefault(
-            task_id,
-            {"task_id": task_id, "category": category, "count": 0, "success": 0, "reward_sum": 0.0, "tag_counts": {}},
-        )
+    def _observe_task(self, category: str, task_id: str, reward: float, success: bool, tags: list[str],
+                      step: int) -> None:
+        rec = self.tasks.setdefault(task_id, {"task_id": task_id, "category": category, "count": 0, "success": 0,
+                                              "reward_sum": 0.0, "tag_counts": {}})
         rec["category"] = category
         rec["count"] += 1
         rec["success"] += int(bool(success))
@@ -199,10 +188,8 @@ class CapabilityState:
         if not isinstance(data, Mapping):
             raise CapabilityStateError(f"capability state must be a JSON object, got {type(data).__name__}")
         if data.get("version") != STATE_VERSION:
-            raise CapabilityStateError(
-                f"capability state version {data.get('version')!r} is not supported (expected {STATE_VERSION}); "
-                "start without it or convert the file"
-            )
+            raise CapabilityStateError(f"capability state version {data.get('version')!r} is not supported "
+                                       f"(expected {STATE_VERSION}); start without it or convert the file")
         state = cls()
         try:
             for scope, buckets in (("window", state.window), ("total", state.total)):

@@ -228,8 +228,7 @@ class HFServerManager:
     def __init__(self, model: torch.nn.Module, tokenizer: Any, *, max_batch_size: int = 16,
                  batch_wait_ms: float = 30.0, max_wait_ms: float = 500.0, dtype: torch.dtype | None = None,
                  autocast_dtype: torch.dtype | str | None = "auto", seed: int | None = None,
-                 default_max_tokens: int = DEFAULT_MAX_TOKENS,
-                 prefix_cache_tokens: int = DEFAULT_PREFIX_CACHE_TOKENS,
+                 default_max_tokens: int = DEFAULT_MAX_TOKENS, prefix_cache_tokens: int = DEFAULT_PREFIX_CACHE_TOKENS,
                  prefill_token_budget: int = DEFAULT_PREFILL_TOKEN_BUDGET,
                  shared_prefix_min_tokens: int = kv_engine.DEFAULT_MIN_SHARED) -> None:
         if max_batch_size < 1:

@@ -111,9 +111,8 @@ def record_to_result_line(record: dict[str, Any]) -> dict[str, Any]:
     return {"id": record["task_id"], "result": model_turns_to_result(turns)}
 
 
-def export_records(
-    records: Iterable[dict[str, Any]], root: str | Path, *, model: str = DEFAULT_FC_MODEL
-) -> dict[str, Path]:
+def export_records(records: Iterable[dict[str, Any]], root: str | Path, *, model: str = DEFAULT_FC_MODEL) -> dict[str,
+                   Path]:
     """Write BFCL result files under ``root``; returns ``{category: file}``.
 
     Records are de-duplicated (last per task wins), errored runner records are skipped (BFCL
@@ -146,9 +145,8 @@ def _id_key(task_id: str) -> tuple[str, int]:
     return (prefix, int(num)) if num.isdigit() else (task_id, -1)
 
 
-def read_bfcl_scores(
-    root: str | Path, ids: Iterable[str], *, model: str = DEFAULT_FC_MODEL
-) -> dict[str, tuple[bool, str | None]]:
+def read_bfcl_scores(root: str | Path, ids: Iterable[str], *, model: str = DEFAULT_FC_MODEL) -> dict[str,
+                     tuple[bool, str | None]]:
     """Per-entry verdicts ``{id: (valid, error_type)}`` from ``bfcl evaluate``'s score files.
 
     BFCL lists only the failing entries (after a summary line); every other id it scored passed.

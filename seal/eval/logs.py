@@ -88,9 +88,7 @@ class ValidationRecord:
         return out
 
 
-def truncate_messages(
-    messages: list[dict[str, Any]], max_chars: int | None
-) -> list[dict[str, Any]]:
+def truncate_messages(messages: list[dict[str, Any]], max_chars: int | None) -> list[dict[str, Any]]:
     """Copy of ``messages`` with every content longer than ``max_chars`` cut in the middle.
 
     Head and tail are kept because the system prompt's head and an observation's tail are the
@@ -138,9 +136,7 @@ class ValidationLogWriter:
         return self.log_dir / f"{int(step)}.jsonl"
 
     def write(self, record: ValidationRecord) -> None:
-        line = json.dumps(
-            record.to_json_dict(max_message_chars=self.max_message_chars), ensure_ascii=False
-        )
+        line = json.dumps(record.to_json_dict(max_message_chars=self.max_message_chars), ensure_ascii=False)
         path = self.path_for(record.step)
         with self._lock:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -200,9 +196,7 @@ def read_log_dir(log_dir: str | Path) -> dict[int, list[dict[str, Any]]]:
         raise NotADirectoryError(f"{log_dir} is a file, not a folder; pass the folder that holds the "
                                  f"<step>.jsonl files (here: {log_dir.parent})")
     if not log_dir.is_dir():
-        raise FileNotFoundError(
-            f"validation log dir {log_dir} does not exist; pass the run's validation_log directory"
-        )
+        raise FileNotFoundError(f"validation log dir {log_dir} does not exist; pass the run's validation_log directory")
     steps: dict[int, list[dict[str, Any]]] = {}
     for p in log_dir.iterdir():
         step = step_of_file(p)

@@ -83,12 +83,8 @@ def _tag_counts(tag_stats: Any, category: str | None) -> dict[str, tuple[float, 
     return out
 
 
-def select_guidelines(
-    tag_stats: CapabilityState | Mapping[str, Any],
-    *,
-    category: str | None = None,
-    cfg: GuidelineConfig | None = None,
-) -> list[str]:
+def select_guidelines(tag_stats: CapabilityState | Mapping[str, Any], *, category: str | None = None,
+                      cfg: GuidelineConfig | None = None) -> list[str]:
     """The guideline lines for prevalent, unsolved failure tags, best first.
 
     ``tag_stats``: a :class:`CapabilityState` (or its ``to_dict()``), whose window tags are

@@ -38,14 +38,8 @@ def _annotate(prop: dict[str, Any], *, required: bool, add_required_hint: bool, 
         prop["description"] = f"{old} {' '.join(suffixes)}".strip()
 
 
-def observation_hints(
-    tools: Sequence[dict[str, Any]],
-    *,
-    add_required_hint: bool = True,
-    add_type_hint: bool = False,
-    add_enum_hint: bool = True,
-    hide_optional: bool = False,
-) -> list[dict[str, Any]]:
+def observation_hints(tools: Sequence[dict[str, Any]], *, add_required_hint: bool = True, add_type_hint: bool = False,
+                      add_enum_hint: bool = True, hide_optional: bool = False) -> list[dict[str, Any]]:
     """Annotated deep copy of ``tools``; the input is never modified.
 
     For each top-level parameter (nested properties are left alone, as in the release), the
@@ -65,11 +59,6 @@ def observation_hints(
                 del props[name]
         for name, prop in props.items():
             if isinstance(prop, dict):
-                _annotate(
-                    prop,
-                    required=name in required,
-                    add_required_hint=add_required_hint,
-                    add_type_hint=add_type_hint,
-                    add_enum_hint=add_enum_hint,
-                )
+                _annotate(prop, required=name in required, add_required_hint=add_required_hint,
+                          add_type_hint=add_type_hint, add_enum_hint=add_enum_hint)
     return out

@@ -92,9 +92,8 @@ def _progress_score(evaluation: Evaluation, cfg: RewardConfig) -> float:
     return _clip01(_need(evaluation, "progress_with_irrelevance", m))
 
 
-def compute_reward(
-    evaluation: Evaluation, *, cfg: RewardConfig, epoch: int = 0, total_epochs: int = 1
-) -> RewardResult:
+def compute_reward(evaluation: Evaluation, *, cfg: RewardConfig, epoch: int = 0,
+                   total_epochs: int = 1) -> RewardResult:
     """Score one episode from the environment's typed ``evaluation``.
 
     ``binary``: 1.0 if passed else 0.0. ``capped``: 1 if passed else
@@ -125,9 +124,8 @@ def compute_reward(
     return RewardResult(score=float(score), meta=meta)
 
 
-def episode_reward(
-    result: EpisodeResult, *, cfg: RewardConfig, train: bool, epoch: int = 0, total_epochs: int = 1
-) -> RewardResult:
+def episode_reward(result: EpisodeResult, *, cfg: RewardConfig, train: bool, epoch: int = 0,
+                   total_epochs: int = 1) -> RewardResult:
     """The one reward of an episode, for every trainer and log.
 
     An excluded or unevaluated episode scores 0 (it is never trained on). A validation episode

@@ -42,10 +42,8 @@ def ids_from_parquet(files: Sequence[Path], key: str) -> list[str]:
     return ids
 
 
-def select_task_ids(
-    cfg: DictConfig, split: str, *, prompt_tokens: Callable[[str], int] | None = None,
-    default_max_prompt_tokens: int | None = None,
-) -> list[str]:
+def select_task_ids(cfg: DictConfig, split: str, *, prompt_tokens: Callable[[str], int] | None = None,
+                    default_max_prompt_tokens: int | None = None) -> list[str]:
     """The task ids of ``split`` (``train`` / ``val``) after the ``seal.tasks`` filters.
 
     Source: ``seal.tasks.<split>_ids`` when set, else the ids in ``data.<split>_files``, else (no

@@ -94,9 +94,8 @@ async def play_episode(runner: Any, job: EpisodeJob, sampling_params: Mapping[st
 
 async def play_all(runner: Any, jobs: Sequence[EpisodeJob], sampling_params: Mapping[str, Any],
                    env_params_for: Callable[[EpisodeJob], Mapping[str, Any]], *, rollout_mode: str,
-                   to_episode: Callable[[EpisodeJob, Any], Episode], max_concurrency: int,
-                   desc: str, show_progress: bool = True,
-                   extra_info: Mapping[str, Any] | None = None) -> list[Episode]:
+                   to_episode: Callable[[EpisodeJob, Any], Episode], max_concurrency: int, desc: str,
+                   show_progress: bool = True, extra_info: Mapping[str, Any] | None = None) -> list[Episode]:
     """Play every job concurrently (at most ``max_concurrency`` at once); results in job order."""
     sem = asyncio.Semaphore(max(1, max_concurrency))
     bar = tqdm(total=len(jobs), desc=desc, leave=False, disable=not show_progress)

@@ -151,13 +151,11 @@ class LocalTrainer:
     def play(self, jobs: Sequence[EpisodeJob], *, train: bool, epoch: int, desc: str) -> list[Episode]:
         """Play ``jobs`` concurrently through the episode runner (a progress bar per call); the
         runner scores each episode (``epoch`` reaches its reward through ``extra_info``)."""
-        coro = play_all(
-            self.runner, jobs, self.sampling_params(train=train),
-            lambda job: self.hooks.env_params(train=train, category=job.category),
-            rollout_mode=ROLLOUT_MODES[train],
-            to_episode=episode_from_output, max_concurrency=self.local.max_concurrent_episodes, desc=desc,
-            show_progress=self.local.progress_bars, extra_info={"epoch": epoch},
-        )
+        coro = play_all(self.runner, jobs, self.sampling_params(train=train),
+                        lambda job: self.hooks.env_params(train=train, category=job.category),
+                        rollout_mode=ROLLOUT_MODES[train], to_episode=episode_from_output,
+                        max_concurrency=self.local.max_concurrent_episodes, desc=desc,
+                        show_progress=self.local.progress_bars, extra_info={"epoch": epoch})
         return self.loop.run_until_complete(coro)
 
     def check_faults(self, episodes: Sequence[Episode], step: int) -> None:

@@ -91,9 +91,8 @@ def same_weights(model: torch.nn.Module, other: torch.nn.Module) -> bool:
     return len(theirs) == len(dict(model.named_parameters()))
 
 
-def response_logprobs(
-    model: torch.nn.Module, prompt_ids: Sequence[int], response_ids: Sequence[int], device: torch.device
-) -> torch.Tensor:
+def response_logprobs(model: torch.nn.Module, prompt_ids: Sequence[int], response_ids: Sequence[int],
+                      device: torch.device) -> torch.Tensor:
     """Log-probability of each response token given everything before it.
 
     One unpadded sequence; only the last ``R + 1`` positions go through the LM head, so the
@@ -159,17 +158,9 @@ class LossSettings:
         })
 
 
-def sequence_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    ref_logp: torch.Tensor | None,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    settings: LossSettings,
-    *,
-    batch_num_tokens: int,
-    global_batch_size: int,
-) -> tuple[torch.Tensor, dict[str, float]]:
+def sequence_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor | None, advantages: torch.Tensor,
+                  mask: torch.Tensor, settings: LossSettings, *, batch_num_tokens: int,
+                  global_batch_size: int) -> tuple[torch.Tensor, dict[str, float]]:
     """verl's PPO-clip policy loss (+ ``low_var_kl`` to the reference) for one sequence.
 
     All tensors are ``(1, R)``. The aggregation divides by the whole mini-batch's token count

@@ -97,20 +97,9 @@ def kl_gradient_is_zero(model: torch.nn.Module, ref_model: torch.nn.Module | Non
 _COUNTS = ("actor/skipped_updates", "actor/skipped_rows")
 
 
-def policy_update(
-    model: torch.nn.Module,
-    ref_model: torch.nn.Module | None,
-    optimizer: torch.optim.Optimizer,
-    batch: Batch,
-    advantages: torch.Tensor,
-    settings: LossSettings,
-    *,
-    device: torch.device,
-    autocast: str,
-    mini_batch_rows: int,
-    ppo_epochs: int,
-    grad_clip: float,
-) -> dict[str, float]:
+def policy_update(model: torch.nn.Module, ref_model: torch.nn.Module | None, optimizer: torch.optim.Optimizer,
+                  batch: Batch, advantages: torch.Tensor, settings: LossSettings, *, device: torch.device,
+                  autocast: str, mini_batch_rows: int, ppo_epochs: int, grad_clip: float) -> dict[str, float]:
     """PPO-clip updates on ``batch`` with ``advantages`` ``(B, T)``; returns ``actor/...`` metrics.
 
     One sequence per micro-batch (no padding; gradients accumulate). With a single update per

@@ -21,9 +21,8 @@ from seal.eval.logs import ValidationRecord
 logger = logging.getLogger(__name__)
 
 
-def validation_records(
-    records_json: Sequence[str], scores: Sequence[float], *, step: int, generation: Mapping[str, Any]
-) -> list[ValidationRecord]:
+def validation_records(records_json: Sequence[str], scores: Sequence[float], *, step: int,
+                       generation: Mapping[str, Any]) -> list[ValidationRecord]:
     """One :class:`ValidationRecord` per validation episode.
 
     Args:
