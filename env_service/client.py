@@ -41,6 +41,8 @@ from env_service import schemas
 from env_service.host import OpError, one_line, validation_summary
 
 T = TypeVar("T")
+# Per-request timeout (seconds); also the default of the experiment config's env_service.timeout_s.
+DEFAULT_TIMEOUT_S = 60.0
 
 
 class EnvError(Exception):
@@ -259,7 +261,7 @@ class _Call:
 class EnvClient:
     """Client of the environment service; see the module docstring for errors and retries."""
 
-    def __init__(self, url: str | Sequence[str] | None = None, *, timeout_s: float = 300.0, retries: int = 2,
+    def __init__(self, url: str | Sequence[str] | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S, retries: int = 2,
                  backoff_s: float = 0.5, max_connections: int = 64, _in_process: _InProcessTransport | None = None):
         if _in_process is not None:
             self._local, self._http = _in_process, None

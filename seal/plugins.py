@@ -1,6 +1,6 @@
 """Research plug-ins: modules that register failure tags, reweighters or environments on import.
 
-``seal.plugins`` lists them by module name; the config check and the SEAL hooks import them before
+``seal.plugins`` lists them by module name; the config check and the trainers' co-evolution step import them before
 anything reads the registries. The environment service imports the same modules with ``--plugin``
 in every process; the service the launcher starts gets each one, and the folders they came from
 on its ``PYTHONPATH`` (:func:`child_environment`). A run records its plug-ins' code beside

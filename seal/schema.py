@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 
+from env_service.client import DEFAULT_TIMEOUT_S
 from env_service.registry import DEFAULT_ENVIRONMENT
 from seal.advantage.weights import APatchConfig
 from seal.config_base import BASE_YAML, select
@@ -62,7 +63,7 @@ class EnvServiceKeys:
     url: str | None = knob("http://127.0.0.1:8082", "Where the environment service listens; local backend: "
                            "null (with urls empty) runs it in-process.")
     urls: list = knob([], "Several service replicas (each episode sticks to one); overrides url when non-empty.")
-    timeout_s: float = knob(60.0, "Per-request timeout of the environment client (seconds).")
+    timeout_s: float = knob(DEFAULT_TIMEOUT_S, "Per-request timeout of the environment client (seconds).")
 
 
 @dataclass

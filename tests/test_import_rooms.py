@@ -59,7 +59,7 @@ GRAPH = {_module_name(p): _imports(p) for top in ("seal", "env_service") for p i
 
 
 def test_the_graph_was_read() -> None:
-    assert any(_inside(i, "seal.advantage") for i in GRAPH["seal.trainer.hooks"])
+    assert any(_inside(i, "seal.advantage") for i in GRAPH["seal.trainer.coevolution"])
     assert any(_inside(i, "seal.rollout") for i in GRAPH["seal.trainer.local.loop"])
 
 

@@ -14,7 +14,7 @@ import launcher
 from env_service.client import EnvClient
 from seal.config import ConfigError, compose_config
 from seal.environment import env_params_block, environment_name, episode_params, make_env_client, task_categories
-from seal.trainer.hooks import SealHooks
+from seal.trainer.coevolution import CoEvolution
 from seal.trainer.tasks import select_task_ids
 from seal.trainer.verl.dataset import BfclTaskDataset, TaskDataset
 
@@ -32,7 +32,7 @@ def test_config_picks_the_environment_and_its_params_block(cfg, tmp_path) -> Non
     assert block["observation_lite"]["enable"] is True and "tool_prompt_mode" not in block
     params = episode_params(cfg, "sample", {"max_steps_per_turn": 3})
     assert params["rollout_mode"] == "sample" and params["max_steps_per_turn"] == 3
-    hooks_params = SealHooks(cfg, tmp_path).env_params(train=False, category="abstain")
+    hooks_params = CoEvolution(cfg, tmp_path).env_params(train=False, category="abstain")
     assert hooks_params == {**block, "rollout_mode": "validate"}
     # The BFCL configs keep their block under env_service.bfcl.
     bfcl = compose_config(str(launcher.REPO_ROOT / "exp" / "quickstart_bfcl.yaml"))

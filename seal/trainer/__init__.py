@@ -1,8 +1,8 @@
-"""Trainer backends and the SEAL hooks they share.
+"""Trainer backends and the co-evolution step (:mod:`seal.trainer.coevolution`) they share.
 
-``seal.trainer.hooks.SealHooks`` is the backend-agnostic SEAL side of a step;
+``seal.trainer.coevolution.CoEvolution`` is the backend-agnostic SEAL side of a step;
 ``seal.trainer.local.run_local`` and ``seal.trainer.verl.run_verl`` are the two backends.
-Submodules are imported on use: the hooks need no model code, the backends need torch/verl.
+Submodules are imported on use: the co-evolution step needs no model code, the backends need torch/verl.
 """
 
 

@@ -2,7 +2,7 @@
 
 A checkpoint holds everything needed to continue exactly: the model and optimizer state, the
 RNG states (python, numpy, torch), the data position (epoch and index into the seeded
-permutation) and the SEAL hooks' state (the capability state file, byte-for-byte). The folder
+permutation) and the co-evolution state (the capability state file, byte-for-byte). The folder
 is written under a temporary name and renamed when complete, and ``latest_checkpointed_iteration.txt``
 (verl's file name) is updated last, so a crash mid-save leaves the previous checkpoint usable.
 """
@@ -45,7 +45,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(root: Path, step: int, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                    trainer_state: dict[str, Any], hooks: Any, keep: int | None = None) -> Path:
+                    trainer_state: dict[str, Any], coevolution: Any, keep: int | None = None) -> Path:
     """Write ``root/global_step_<step>/`` atomically and mark it as the latest."""
     root = Path(root)
     final = step_dir(root, step)
@@ -56,7 +56,7 @@ def save_checkpoint(root: Path, step: int, *, model: torch.nn.Module, optimizer:
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save(rng_state(), tmp / "rng.pt")
     (tmp / TRAINER_FILE).write_text(json.dumps(trainer_state, indent=2, sort_keys=True), encoding="utf-8")
-    hooks.save(tmp / "seal")
+    coevolution.save(tmp / "seal")
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
@@ -89,9 +89,9 @@ def latest_checkpoint(root: Path) -> Path | None:
     return path
 
 
-def load_checkpoint(path: Path, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer, hooks: Any
+def load_checkpoint(path: Path, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer, coevolution: Any
                     ) -> dict[str, Any]:
-    """Restore model, optimizer, RNG and hooks from ``path``; returns the trainer state."""
+    """Restore model, optimizer, RNG and the co-evolution state from ``path``; returns the trainer state."""
     path = Path(path)
     if not (path / TRAINER_FILE).is_file():
         raise ConfigError(f"trainer.resume_from_path={path}: not a checkpoint folder (no {TRAINER_FILE})")
@@ -105,7 +105,7 @@ def load_checkpoint(path: Path, *, model: torch.nn.Module, optimizer: torch.opti
         current = path / "rng.pt"
         set_rng_state(torch.load(current, weights_only=False))
         current = path / "seal"
-        hooks.load(current)
+        coevolution.load(current)
         int(state["global_step"])
         current = path / TRAINER_FILE
         state["data"]["epoch"], state["data"]["index"]

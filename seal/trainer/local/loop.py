@@ -23,7 +23,7 @@ from seal.engine.precision import AUTOCAST_DTYPES, log_choice, resolve_autocast
 from seal.environment import make_env_client, task_categories
 from seal.trainer import RunStopped
 from seal.trainer.best_checkpoint import BestCheckpointKeeper, BestCheckpointSettings
-from seal.trainer.hooks import ROLLOUT_MODES, SealHooks
+from seal.trainer.coevolution import ROLLOUT_MODES, CoEvolution
 from seal.trainer.local import checkpoint as ckpt
 from seal.trainer.local.data import TaskSampler
 from seal.rollout.prompt_length import prompt_token_counter
@@ -80,7 +80,7 @@ class LocalTrainer:
         self.loss_settings = LossSettings.from_cfg(self.actor)
         self.ref_model = frozen_copy(self.model) if self.loss_settings.use_kl_loss else None
         self.optimizer = self._make_optimizer()
-        self.hooks = SealHooks(cfg, self.exp_dir)
+        self.coevolution = CoEvolution(cfg, self.exp_dir)
         # The runner retries whole episodes (seal.rollout.env_retries); the client does not retry.
         self.env = env_client if env_client is not None else make_env_client(cfg, retries=0)
         self._own_env = env_client is None
@@ -135,7 +135,7 @@ class LocalTrainer:
     def prompt_counter(self, *, train: bool) -> Callable[[str], int]:
         """``task_id -> tokens of its rendered initial prompt``, as the runner renders it."""
         return prompt_token_counter(self.cfg, self.tokenizer, self.env, rollout_mode=ROLLOUT_MODES[train],
-                                    env_params=self.hooks.env_params(train=train))
+                                    env_params=self.coevolution.env_params(train=train))
 
     def sampling_params(self, *, train: bool) -> dict[str, Any]:
         """Per-call sampling settings: the rollout's for training, ``val_kwargs`` (greedy) for validation."""
@@ -152,7 +152,7 @@ class LocalTrainer:
         """Play ``jobs`` concurrently through the episode runner (a progress bar per call); the
         runner scores each episode (``epoch`` reaches its reward through ``extra_info``)."""
         coro = play_all(self.runner, jobs, self.sampling_params(train=train),
-                        lambda job: self.hooks.env_params(train=train, category=job.category),
+                        lambda job: self.coevolution.env_params(train=train, category=job.category),
                         rollout_mode=ROLLOUT_MODES[train], to_episode=episode_from_output,
                         max_concurrency=self.local.max_concurrent_episodes, desc=desc,
                         show_progress=self.local.progress_bars, extra_info={"epoch": epoch})
@@ -192,7 +192,7 @@ class LocalTrainer:
         t_rollout = time.time() - t0
         logger.info("step %d: %d episodes played in %.1f s", step, len(episodes), t_rollout)
         # 3. The capability state observes the training episodes (faulted ones are skipped).
-        metrics = self.hooks.observe(results, epoch=epoch, step=step)
+        metrics = self.coevolution.observe(results, epoch=epoch, step=step)
         metrics.update(episode_metrics(results))
         # 4. GRPO advantages over the trainable episodes (seal.advantage.grpo, as on verl).
         # The shared step rules: faulted, excluded and lone-survivor episodes are left out.
@@ -203,7 +203,7 @@ class LocalTrainer:
             batch = build_batch(kept)
             adv = grpo_advantages_verl(batch, norm_by_std=bool(self.cfg.algorithm.norm_adv_by_std_in_grpo))
             # 5. A-Patch: dynamic tag weights from the state, then per-episode scales.
-            adv, apatch_metrics = self.hooks.reweight(adv, [list(e.tags) for e in kept], step=step)
+            adv, apatch_metrics = self.coevolution.reweight(adv, [list(e.tags) for e in kept], step=step)
             metrics.update(apatch_metrics)
             # 6. PPO-clip + low_var_kl update, grad clip, AdamW.
             logger.info("step %d: updating on %d episodes (%d tokens)", step, len(kept),
@@ -218,8 +218,8 @@ class LocalTrainer:
                            "is skipped", step, selection.excluded, selection.lone_survivors)
         # 7. Bookkeeping: the step counter, the epoch boundary, SEAL's state metrics.
         self.global_step = step
-        self.hooks.after_step(epoch, step, ends_epoch=ends_epoch, last_step=step >= self.total_steps)
-        metrics.update(self.hooks.step_metrics())
+        self.coevolution.after_step(epoch, step, ends_epoch=ends_epoch, last_step=step >= self.total_steps)
+        metrics.update(self.coevolution.step_metrics())
         metrics.update({"training/epoch": float(epoch), "timing/rollout_s": t_rollout,
                         "timing/update_s": time.time() - t0 - t_rollout, "timing/step_s": time.time() - t0})
         return metrics
@@ -248,7 +248,7 @@ class LocalTrainer:
             return
         keep = self.cfg.trainer.get("max_actor_ckpt_to_keep")
         ckpt.save_checkpoint(self.checkpoint_root, self.global_step, model=self.model, optimizer=self.optimizer,
-                             trainer_state=self.trainer_state(), hooks=self.hooks, keep=int(keep) if keep else None)
+                             trainer_state=self.trainer_state(), coevolution=self.coevolution, keep=int(keep) if keep else None)
         self._saved_step = self.global_step
         self.best.prune()
 
@@ -280,7 +280,7 @@ class LocalTrainer:
             path = Path(str(self.cfg.trainer.resume_from_path))
         else:
             raise ConfigError(f"trainer.resume_mode={mode}: choose auto, disable or resume_path")
-        state = ckpt.load_checkpoint(path, model=self.model, optimizer=self.optimizer, hooks=self.hooks)
+        state = ckpt.load_checkpoint(path, model=self.model, optimizer=self.optimizer, coevolution=self.coevolution)
         self.global_step = int(state["global_step"])
         self._saved_step = self.global_step
         self.sampler.load_state_dict(state["data"])

@@ -1,4 +1,4 @@
-"""Adapters between verl's ``DataProto`` training batch and the SEAL hooks' typed records.
+"""Adapters between verl's ``DataProto`` training batch and SEAL's typed records.
 
 The episode runner returns each episode's record in its field form
 (:meth:`seal.episode.EpisodeResult.to_fields`) as ``AgentLoopOutput.extra_fields``; verl's

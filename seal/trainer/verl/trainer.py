@@ -25,7 +25,7 @@ from seal.advantage.grpo import SEAL_GRPO
 from seal.config_base import ConfigError
 from seal.eval.logs import ValidationLogWriter
 from seal.trainer.best_checkpoint import BestCheckpointKeeper, BestCheckpointSettings
-from seal.trainer.hooks import SealHooks
+from seal.trainer.coevolution import CoEvolution
 from seal.trainer.step_rules import episode_metrics
 from seal.trainer.verl.batch import select_rows
 from seal.trainer.verl.validation import RECORD_KEY, validation_records
@@ -79,7 +79,7 @@ class SealRayPPOTrainer(RayPPOTrainer):
         check_verl_config(config)
         use_seal_grpo(config)
         super().__init__(config, *args, **kwargs)
-        self.seal_hooks = SealHooks(config, Path(exp_dir))
+        self.coevolution = CoEvolution(config, Path(exp_dir))
         self._best_checkpoints()  # a bad best-checkpoint setting fails here, not after the first validation
 
     # ------------------------------------------------------------------ the step hook
@@ -114,17 +114,17 @@ class SealRayPPOTrainer(RayPPOTrainer):
         epoch = (step - 1) // steps_per_epoch
         results, selection = select_rows(batch, n=int(self.config.actor_rollout_ref.rollout.n))
         # Excluded episodes say nothing about the policy: the capability state never sees them.
-        metrics = dict(self.seal_hooks.observe(results, epoch=epoch, step=step))
+        metrics = dict(self.coevolution.observe(results, epoch=epoch, step=step))
         adv = batch.batch["advantages"]
         tags = [list(r.tags) if keep else None for r, keep in zip(results, selection.trainable)]
-        new_adv, reweight_metrics = self.seal_hooks.reweight(adv, tags, step=step)
+        new_adv, reweight_metrics = self.coevolution.reweight(adv, tags, step=step)
         batch.batch["advantages"] = new_adv.to(device=adv.device, dtype=adv.dtype)
         metrics.update(reweight_metrics)
         metrics.update(episode_metrics(results))
         metrics.update(selection.metrics())
-        self.seal_hooks.after_step(epoch, step, ends_epoch=step % steps_per_epoch == 0,
+        self.coevolution.after_step(epoch, step, ends_epoch=step % steps_per_epoch == 0,
                                    last_step=step >= self.total_training_steps)
-        metrics.update(self.seal_hooks.step_metrics())
+        metrics.update(self.coevolution.step_metrics())
         return metrics
 
     # ------------------------------------------------------------------ before the update
@@ -161,7 +161,7 @@ class SealRayPPOTrainer(RayPPOTrainer):
     def _get_gen_batch(self, batch: DataProto) -> DataProto:
         """verl's generation batch plus what the episode runner reads beyond the task id.
 
-        Each row gets ``env_params`` from :meth:`SealHooks.env_params` for its ``rollout_mode``
+        Each row gets ``env_params`` from :meth:`CoEvolution.env_params` for its ``rollout_mode``
         (``sample`` for training rows, ``validate`` for validation rows) and category; training
         rows also get the current epoch in ``extra_info["epoch"]`` (the reward's cap decay).
         """
@@ -177,7 +177,7 @@ class SealRayPPOTrainer(RayPPOTrainer):
         for i, (mode, cat) in enumerate(zip(ntb["rollout_mode"], categories)):
             key = (str(mode), cat)
             if key not in cache:
-                cache[key] = self.seal_hooks.env_params(train=key[0] == "sample", category=cat)
+                cache[key] = self.coevolution.env_params(train=key[0] == "sample", category=cat)
             params[i] = cache[key]
             if key[0] == "sample" and isinstance(infos[i], dict):
                 # The same dict object sits in the training batch, so both stay consistent.
@@ -223,7 +223,7 @@ class SealRayPPOTrainer(RayPPOTrainer):
         ``trainer.keep_only_best_checkpoint`` the folders other than the best and this newest
         one are then deleted.
         """
-        self.seal_hooks.save(self._step_folder(self.global_steps) / SEAL_CKPT_DIR)
+        self.coevolution.save(self._step_folder(self.global_steps) / SEAL_CKPT_DIR)
         super()._save_checkpoint()
         self._saved_step = int(self.global_steps)
         self._best_checkpoints().prune()
@@ -263,7 +263,7 @@ class SealRayPPOTrainer(RayPPOTrainer):
                 raise ConfigError(
                     f"checkpoint {folder} has no {SEAL_CKPT_DIR}/ folder (not written by this trainer); "
                     "start from scratch with trainer.resume_mode=disable")
-            self.seal_hooks.load(seal_dir)
+            self.coevolution.load(seal_dir)
             logger.info("restored the SEAL diagnosis state from %s", seal_dir)
         return result
 

@@ -8,25 +8,25 @@ from pathlib import Path
 
 import pytest
 
-from seal.trainer.hooks import STATE_FILE, SealHooks
+from seal.trainer.coevolution import STATE_FILE, CoEvolution
 
 sys.path.insert(0, str(Path(__file__).parent / "verl"))
 
 
 def _spy(monkeypatch) -> list[tuple]:
     calls: list[tuple] = []
-    real = SealHooks.after_step
+    real = CoEvolution.after_step
 
     def record(self, epoch, step, *, ends_epoch, last_step):
         calls.append((epoch, step, ends_epoch, last_step))
         return real(self, epoch, step, ends_epoch=ends_epoch, last_step=last_step)
 
-    monkeypatch.setattr(SealHooks, "after_step", record)
+    monkeypatch.setattr(CoEvolution, "after_step", record)
     return calls
 
 
 def test_after_step_writes_what_each_boundary_needs(tmp_path, trainer_config):
-    hooks = SealHooks(trainer_config("hooks"), tmp_path)
+    hooks = CoEvolution(trainer_config("hooks"), tmp_path)
     hooks.after_step(0, 1, ends_epoch=False, last_step=False)
     assert not hooks.stats_dir.exists() and not (hooks.state_dir / STATE_FILE).exists()
     hooks.after_step(0, 2, ends_epoch=False, last_step=True)  # the run ends mid-epoch: state kept

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from seal.config import ConfigError
-from seal.trainer.hooks import SealHooks
+from seal.trainer.coevolution import CoEvolution
 from seal.trainer.local import checkpoint as ckpt
 
 
@@ -15,15 +15,15 @@ def saved(tmp_path, trainer_config):
     cfg = trainer_config("ck")
     model = torch.nn.Linear(3, 2)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    hooks = SealHooks(cfg, tmp_path)
+    hooks = CoEvolution(cfg, tmp_path)
     root = tmp_path / "checkpoints"
     state = {"global_step": 1, "data": {"epoch": 0, "index": 2, "seed": 1, "num_tasks": 4}}
-    ckpt.save_checkpoint(root, 1, model=model, optimizer=optimizer, trainer_state=state, hooks=hooks)
+    ckpt.save_checkpoint(root, 1, model=model, optimizer=optimizer, trainer_state=state, coevolution=hooks)
     return root, model, optimizer, hooks
 
 
 def _load(root, model, optimizer, hooks):
-    return ckpt.load_checkpoint(ckpt.latest_checkpoint(root), model=model, optimizer=optimizer, hooks=hooks)
+    return ckpt.load_checkpoint(ckpt.latest_checkpoint(root), model=model, optimizer=optimizer, coevolution=hooks)
 
 
 def test_intact_checkpoint_loads(saved):

@@ -86,7 +86,7 @@ def test_two_steps_closed_loop(tmp_path, tokenizer, make_model, trainer_config, 
 
     def update(model, ref, opt, batch, adv, *a, **kw):
         seen["adv"].append(adv)
-        seen["weights"].append(dict(seen["trainer"][0].hooks.reweighter_state["tag_weights"]))  # this step's
+        seen["weights"].append(dict(seen["trainer"][0].coevolution.reweighter_state["tag_weights"]))  # this step's
         return real_update(model, ref, opt, batch, adv, *a, **kw)
 
     monkeypatch.setattr(loop, "grpo_advantages_verl", grpo)
@@ -124,7 +124,7 @@ def test_two_steps_closed_loop(tmp_path, tokenizer, make_model, trainer_config, 
     assert all(math.isfinite(m["actor/loss"]) and math.isfinite(m["actor/pg_loss"]) for m in steps)
 
     for batch, grpo_adv, adv, weights in zip(seen["batches"], seen["grpo"], seen["adv"], seen["weights"]):
-        _check_batch(batch, grpo_adv, adv, weights, trainer.hooks.reweighter_cfg, servers[0], tokenizer)
+        _check_batch(batch, grpo_adv, adv, weights, trainer.coevolution.reweighter_cfg, servers[0], tokenizer)
     assert (tmp_path / "ci" / "diagnostic_stats" / "epoch_1.json").is_file()
     assert (tmp_path / "ci" / "checkpoints" / "global_step_2" / "model.pt").is_file()
 

@@ -27,8 +27,8 @@ def test_faulted_episodes_are_left_out(tmp_path, make_trainer, scripted_runner):
     finally:
         trainer.close()
     assert metrics["seal/env_faults"] == 2.0 and metrics["seal/trained_episodes"] == 2.0
-    assert trainer.hooks.state.observe_count == 2  # the faulted episodes were not observed
-    assert first not in trainer.hooks.state.tasks
+    assert trainer.coevolution.state.observe_count == 2  # the faulted episodes were not observed
+    assert first not in trainer.coevolution.state.tasks
 
 
 def test_too_many_faults_stop_the_run(tmp_path, make_trainer, scripted_runner):
@@ -38,7 +38,7 @@ def test_too_many_faults_stop_the_run(tmp_path, make_trainer, scripted_runner):
         runner.faults = {t: -1 for t in trainer.sampler.permutation(0)[:1]}
         with pytest.raises(EnvFaultError, match="max_fault_fraction=0.25"):
             trainer.train_step()
-        assert trainer.hooks.state.observe_count == 0
+        assert trainer.coevolution.state.observe_count == 0
     finally:
         trainer.close()
 
@@ -86,7 +86,7 @@ def test_service_stopped_mid_run(tmp_path, tokenizer, make_model, trainer_config
     try:
         first = trainer.train_step()
         assert first["seal/env_faults"] == 0.0 and first["seal/episodes"] == 2.0
-        observed = trainer.hooks.state.observe_count
+        observed = trainer.coevolution.state.observe_count
         proc.terminate()
         proc.wait(timeout=30)
         seen = []
@@ -96,7 +96,7 @@ def test_service_stopped_mid_run(tmp_path, tokenizer, make_model, trainer_config
             trainer.train_step()
         assert url in str(info.value)
         assert [(e.env_fault, e.result.env_attempts, e.trainable) for e in seen] == [(True, 2, False)] * 2  # retried once
-        assert trainer.hooks.state.observe_count == observed
+        assert trainer.coevolution.state.observe_count == observed
     finally:
         trainer.close()
 
@@ -133,4 +133,4 @@ def test_a_lone_survivor_is_not_trained_on(tmp_path, make_trainer, scripted_runn
     finally:
         trainer.close()
     assert metrics["seal/lone_survivors"] == 1.0 and metrics["seal/trained_episodes"] == 2.0
-    assert trainer.hooks.state.tasks[first]["count"] == 1
+    assert trainer.coevolution.state.tasks[first]["count"] == 1

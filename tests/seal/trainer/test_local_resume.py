@@ -13,7 +13,7 @@ import json
 import pytest
 import torch
 
-from seal.trainer.hooks import HOOKS_FILE, STATE_FILE
+from seal.trainer.coevolution import HOOKS_FILE, STATE_FILE
 
 
 class _Killed(Exception):
@@ -59,9 +59,9 @@ def test_resume_continues_exactly(tmp_path, make_trainer):
         assert resumed.maybe_resume()
         assert resumed.global_step == 1
         # The diagnosis state and the reweighter's state came back byte for byte.
-        resumed.hooks.save(tmp_path / "reloaded")
+        resumed.coevolution.save(tmp_path / "reloaded")
         assert {name: (tmp_path / "reloaded" / name).read_bytes() for name in saved_state} == saved_state
-        assert resumed.hooks.reweighter_state["tag_weights"]  # A-Patch's dynamic weights
+        assert resumed.coevolution.reweighter_state["tag_weights"]  # A-Patch's dynamic weights
         resumed.fit()  # fit() resumes again from the same checkpoint, then runs step 2
     finally:
         resumed.close()
@@ -88,6 +88,6 @@ def test_resume_disable_starts_over(tmp_path, make_trainer):
                                                             "trainer.total_training_steps=1"])
     try:
         assert not trainer.maybe_resume()
-        assert trainer.global_step == 0 and trainer.hooks.state.observe_count == 0
+        assert trainer.global_step == 0 and trainer.coevolution.state.observe_count == 0
     finally:
         trainer.close()

@@ -81,8 +81,8 @@ def test_apatch_scales_reach_the_update(tmp_path, make_trainer, monkeypatch):
         trainer.fit()
     finally:
         trainer.close()
-    weights = trainer.hooks.reweighter_state["tag_weights"]
-    cfg = trainer.hooks.reweighter_cfg
+    weights = trainer.coevolution.reweighter_state["tag_weights"]
+    cfg = trainer.coevolution.reweighter_cfg
     for i, ep in enumerate(seen["batch"].episodes):
         scale = sum(weights[t] for t in ep.tags) / len(ep.tags)
         scale = min(max(scale, cfg.min_scale), cfg.max_scale)

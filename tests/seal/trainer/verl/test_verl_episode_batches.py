@@ -240,7 +240,7 @@ def test_verls_fit_trains_a_mixed_batch_on_the_kept_episodes_only(tokenizer, fla
     assert metrics["seal/trained_episodes"] == 4 and metrics["seal/skipped_updates"] == 0
     assert metrics["actor/pg_loss"] == 0.5 and metrics["seal/truncated_episodes"] == N  # FLOOD's two
     assert any(k.startswith("rollout_corr/") for k in metrics)  # verl's rollout correction ran
-    assert trainer.seal_hooks.state.observe_count == 5  # 12 minus the 7 excluded: the lone survivor counts
+    assert trainer.coevolution.state.observe_count == 5  # 12 minus the 7 excluded: the lone survivor counts
     assert trainer.checkpoint_manager.synced[-1] == 1
 
 

@@ -254,7 +254,7 @@ def test_trainer_builds_as_verls_task_runner_builds_it(tmp_path):
         assert len(trainer.val_dataloader) == 1 and len(trainer.val_dataset) == 400
         assert Role.ActorRolloutRef in trainer.role_worker_mapping  # KL loss needs the reference policy
         assert trainer.resource_pool_manager.resource_pool_spec == {"global_pool": [4]}
-        assert trainer.seal_hooks.state_dir == tmp_path / "exp" / "diagnostic_state"
+        assert trainer.coevolution.state_dir == tmp_path / "exp" / "diagnostic_state"
         first = next(iter(trainer.train_dataloader))
         assert len(first["task_id"]) == 32 and set(first["rollout_mode"]) == {"sample"}
     finally:

@@ -138,9 +138,9 @@ def test_one_step_through_verls_rollout_path(tokenizer, tmp_path):
     assert {"task_id", "check", "env_fault", "input_ids", "loss_mask"} <= set(sent.keys())
     assert metrics["actor/pg_loss"] == 0.5 and "perf/mfu/actor" in metrics
     assert metrics["seal/observed_episodes"] == 2 and metrics["seal/success_rate"] == 0.5
-    task = trainer.seal_hooks.state.tasks[TASK]
+    task = trainer.coevolution.state.tasks[TASK]
     assert task["count"] == 2 and task["success"] == 1
-    assert trainer.seal_hooks.state.total["tags"]["empty_turn_model_response"].count >= 1
+    assert trainer.coevolution.state.total["tags"]["empty_turn_model_response"].count >= 1
     # The update sees model tokens only: the response mask is a strict subset of the response.
     mask, attn = batch.batch["response_mask"], batch.batch["attention_mask"][:, -batch.batch["responses"].shape[1]:]
     assert 0 < int(mask[0].sum()) < int(attn[0].sum())

@@ -9,7 +9,7 @@ import pytest
 import torch
 from verl_testkit import EPISODES, N_ROLLOUTS, make_batch, make_trainer
 
-from seal.trainer.hooks import SealHooks
+from seal.trainer.coevolution import CoEvolution
 from seal.trainer.verl.batch import TRAINABLE_COLUMN, episode_results
 
 pytest.importorskip("verl")
@@ -38,7 +38,7 @@ def fake_actor_update(monkeypatch):
 
 def _reference(cfg, tmp_path, batch, step):
     """What the shared hooks compute for the same episodes: observe, then reweight."""
-    hooks = SealHooks(cfg, tmp_path / "reference")
+    hooks = CoEvolution(cfg, tmp_path / "reference")
     rows = episode_results(batch)
     hooks.observe(rows, epoch=(step - 1) // 12, step=step)
     return hooks.reweight(batch.batch["advantages"].clone(), [list(r.tags) for r in rows], step=step)
@@ -65,10 +65,10 @@ def test_actor_sees_the_shared_apatch_advantages(seal_cfg, tmp_path, fake_actor_
 def test_capability_state_observes_each_episode(seal_cfg, tmp_path, fake_actor_update):
     trainer = make_trainer(seal_cfg, tmp_path, step=1)
     trainer._update_actor(make_batch())
-    state = trainer.seal_hooks.state.to_dict()
+    state = trainer.coevolution.state.to_dict()
     text = json.dumps(state)
     assert "multi_turn_miss_func_7" in text and "spurious_tool_call" in text
-    assert trainer.seal_hooks.state.observe_count == len(EPISODES)
+    assert trainer.coevolution.state.observe_count == len(EPISODES)
 
 
 def test_vanilla_rl_leaves_grpo_advantages_alone(vanilla_cfg, tmp_path, fake_actor_update):
@@ -94,13 +94,13 @@ def test_excluded_episodes_are_not_trained_on(seal_cfg, tmp_path, fake_actor_upd
         clean.batch["token_level_rewards"][keep], clean.batch["response_mask"][keep],
         clean.non_tensor_batch["uid"][keep.numpy()], norm_adv_by_std_in_grpo=True)
     rows = episode_results(clean)
-    hooks = SealHooks(seal_cfg, tmp_path / "reference")
+    hooks = CoEvolution(seal_cfg, tmp_path / "reference")
     hooks.observe([r for r, k in zip(rows, keep) if k], epoch=0, step=2)
     expected, _ = hooks.reweight(kept_adv, [list(r.tags) for r, k in zip(rows, keep) if k], step=2)
     torch.testing.assert_close(adv[keep], expected)
     assert metrics["seal/excluded_episodes"] == len(faults)
     assert metrics["seal/observed_episodes"] == len(EPISODES) - len(faults)
-    assert trainer.seal_hooks.state.observe_count == len(EPISODES) - len(faults)
+    assert trainer.coevolution.state.observe_count == len(EPISODES) - len(faults)
     assert metrics["seal/env_faults"] == list(faults.values()).count("env_fault")
 
 
@@ -141,8 +141,8 @@ def test_diagnosis_state_travels_with_verl_checkpoints(seal_cfg, tmp_path, fake_
     resumed._load_checkpoint()  # verl's resume_mode=auto finds global_step_5
     assert resumed.global_steps == 5
     assert resumed.actor_rollout_wg.loaded == [str(step_dir / "actor")]
-    assert resumed.seal_hooks.state_dict() == first.seal_hooks.state_dict()
-    assert resumed.seal_hooks.reweighter_state == first.seal_hooks.reweighter_state != {"tag_weights": {}}
+    assert resumed.coevolution.state_dict() == first.coevolution.state_dict()
+    assert resumed.coevolution.reweighter_state == first.coevolution.reweighter_state != {"tag_weights": {}}
 
     # The resumed hooks continue exactly as the original ones would.
     a = make_batch(seed=2)
@@ -166,5 +166,5 @@ def test_fresh_run_loads_nothing(seal_cfg, tmp_path):
     cfg = _with_ckpt_dir(seal_cfg, tmp_path / "empty")
     trainer = make_trainer(cfg, tmp_path / "run", step=0)
     trainer._load_checkpoint()
-    assert trainer.global_steps == 0 and trainer.seal_hooks.state.observe_count == 0
+    assert trainer.global_steps == 0 and trainer.coevolution.state.observe_count == 0
     assert N_ROLLOUTS * 2 == len(EPISODES)

@@ -120,13 +120,13 @@ def make_trainer(cfg: Any, exp_dir: Path, *, step: int = 1, steps_per_epoch: int
     ``RayPPOTrainer.__init__`` (datasets, worker mapping) is bypassed: the hooks under test are
     the subclass's, and the verl code they call runs on these attributes.
     """
-    from seal.trainer.hooks import SealHooks
+    from seal.trainer.coevolution import CoEvolution
     from seal.trainer.verl.trainer import SealRayPPOTrainer, use_seal_grpo
 
     trainer = object.__new__(SealRayPPOTrainer)
     trainer.config = copy.deepcopy(cfg)
     use_seal_grpo(trainer.config)  # as __init__ does
-    trainer.seal_hooks = SealHooks(cfg, exp_dir)
+    trainer.coevolution = CoEvolution(cfg, exp_dir)
     trainer.global_steps = step
     trainer.total_training_steps = total_steps
     trainer.train_dataloader = FakeLoader(range(steps_per_epoch))

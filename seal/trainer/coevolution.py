@@ -1,18 +1,21 @@
-"""The SEAL side of a training step, shared by the local and the verl backends.
+"""The co-evolution step: SEAL's side of a training step, shared by the local and the verl backends.
+
+Diagnoses of the step's episodes update the capability state, which in turn evolves the agent's
+training interface (guidelines) and reweights the learning signal (A-Patch): the paper's co-evolution.
 
 A trainer (either backend) calls, per step:
 
-1. :meth:`SealHooks.env_params` — the per-episode environment parameters (the
+1. :meth:`CoEvolution.env_params` — the per-episode environment parameters (the
    environment's params block (``env_service.<env>``, e.g. ``env_service.bfcl``), the rollout
    mode and, when guideline evolution is on, the
    guideline lines chosen from the capability state);
-2. :meth:`SealHooks.observe` — the step's *training* episodes feed the capability state;
-3. :meth:`SealHooks.reweight` — the configured reweighter (``seal.advantage.reweighter``, built
+2. :meth:`CoEvolution.observe` — the step's *training* episodes feed the capability state;
+3. :meth:`CoEvolution.reweight` — the configured reweighter (``seal.advantage.reweighter``, built
    from its own ``seal.advantage.<name>`` block) on the GRPO advantages: its per-step
    preparation from the capability state and the state it kept the step before (A-Patch: the
    dynamic tag-weight update), then its function;
-4. :meth:`SealHooks.after_step` (:meth:`SealHooks.end_epoch` at an epoch boundary), then
-   :meth:`SealHooks.step_metrics`.
+4. :meth:`CoEvolution.after_step` (:meth:`CoEvolution.end_epoch` at an epoch boundary), then
+   :meth:`CoEvolution.step_metrics`.
 
 Checkpoints carry :meth:`state_dict` (or :meth:`save` / :meth:`load` on a folder): the
 capability state, the epoch's error counter and the reweighter's own state. A fresh
@@ -49,7 +52,7 @@ HOOKS_VERSION = 2
 ROLLOUT_MODES = {True: "sample", False: "validate"}
 
 
-class SealHooks:
+class CoEvolution:
     """Capability state, guideline selection, the reweighter and diagnosis stats for one run.
 
     ``seal.enable=false`` makes every hook a no-op: no state, identity advantages (the

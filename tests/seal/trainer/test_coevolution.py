@@ -1,4 +1,4 @@
-"""SealHooks: the backend-agnostic SEAL side of a training step."""
+"""CoEvolution: the backend-agnostic SEAL side of a training step."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from seal.config import REPO_ROOT, compose_config, validate_config
 from seal.diagnosis.state import CapabilityState
 from seal.episode import EpisodeResult, Evaluation
-from seal.trainer.hooks import HOOKS_FILE, STATE_FILE, SealHooks
+from seal.trainer.coevolution import HOOKS_FILE, STATE_FILE, CoEvolution
 from seal.types import FailureTag
 
 SEAL_YAML = REPO_ROOT / "exp" / "SEAL.yaml"
@@ -31,7 +31,7 @@ def _hooks(tmp_path, *overrides):
         key, value = item.split("=", 1)
         OmegaConf.update(cfg, key, yaml.safe_load(value), merge=False)
     validate_config(cfg)
-    return SealHooks(cfg, tmp_path)
+    return CoEvolution(cfg, tmp_path)
 
 
 def _episode(task="multi_turn_base_1", reward=0.0, tags=(FailureTag.STATE_MISMATCH,), **extra):
