@@ -29,7 +29,7 @@ def episode_results(batch: Any) -> list[EpisodeResult]:
     missing = [name for name in FIELD_NAMES if name not in ntb]
     if missing:
         raise KeyError(f"the training batch lacks the episode columns {missing}: the rollout did not use the SEAL "
-                       "episode runner; set actor_rollout_ref.rollout.agent.default_agent_loop=seal_bfcl")
+                       "episode runner; set actor_rollout_ref.rollout.agent.default_agent_loop=seal")
     columns = {name: ntb[name] for name in FIELD_NAMES}
     return [EpisodeResult.from_fields({name: col[i] for name, col in columns.items()}) for i in range(len(batch))]
 

@@ -101,7 +101,7 @@ def prepare_config(cfg: DictConfig, *, exp_dir: Path, base: Path | None = None,
       files that exist only there, the repository. A hub model id is left as it is.
     * ``actor_rollout_ref.rollout.agent.agent_loop_config_path`` points at this package's
       ``agent_loops.yaml`` unless set: verl's agent-loop workers read it and import the
-      ``seal_bfcl`` loop class in their own process.
+      ``seal`` agent loop class in their own process.
     * The repository is prepended to the workers' ``PYTHONPATH`` (Ray's runtime env), so the
       ``seal`` and ``env_service`` packages import on every node that has the project at the
       same path; verl's TensorBoard logger writes to ``<exp_dir>/tensorboard``.

@@ -116,7 +116,7 @@ def test_missing_task_columns_are_a_clear_error(seal_cfg, tmp_path, fake_actor_u
     batch = make_batch()
     batch.non_tensor_batch.pop("task_id")
     batch.non_tensor_batch.pop(TRAINABLE_COLUMN)  # as rollout left it: no SEAL hook has run yet
-    with pytest.raises(KeyError, match="default_agent_loop=seal_bfcl"):
+    with pytest.raises(KeyError, match="default_agent_loop=seal"):
         getattr(make_trainer(seal_cfg, tmp_path), hook)(batch)
 
 
