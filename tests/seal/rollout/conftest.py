@@ -20,6 +20,16 @@ def tokenizer() -> Any:
     return AutoTokenizer.from_pretrained(MODEL_DIR)
 
 
+@pytest.fixture(scope="module")
+def env_client() -> Any:
+    """The real environment client, with its own in-process service."""
+    from env_service.client import EnvClient
+
+    client = EnvClient.in_process()
+    yield client
+    client.close()
+
+
 @pytest.fixture(scope="session")
 def eos_id() -> int:
     """The end-of-message id SmolLM2 generates (its generation config's eos_token_id)."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import pytest
 
 from seal.eval.evaluate import evaluate_episode
 from seal.eval.policies import SamplingSettings
@@ -38,15 +37,6 @@ class _LoopingPolicy:
     def complete(self, messages: list[dict], sampling: Any) -> str:
         self.calls += 1
         return CALL_STOCK
-
-
-@pytest.fixture(scope="module")
-def env_client() -> Any:
-    from env_service.client import EnvClient
-
-    client = EnvClient.in_process()
-    yield client
-    client.close()
 
 
 def _train_episode(cfg: Any, server: Any, tokenizer: Any, client: Any) -> dict:

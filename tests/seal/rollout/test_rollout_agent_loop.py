@@ -32,15 +32,6 @@ def make_config(**rollout: Any) -> Any:
     return cfg
 
 
-@pytest.fixture(scope="module")
-def env_client() -> Any:
-    from env_service.client import EnvClient
-
-    client = EnvClient.in_process()
-    yield client
-    client.close()
-
-
 class FlakyClient:
     """The real client, but ``step`` raises EnvUnavailableError on the listed call numbers (1-based)."""
 
