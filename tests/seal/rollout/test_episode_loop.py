@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-
 from seal.eval.evaluate import evaluate_episode
 from seal.eval.policies import SamplingSettings
 from seal.rollout import episode_loop
