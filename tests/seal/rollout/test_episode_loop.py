@@ -11,20 +11,7 @@ from seal.eval.evaluate import evaluate_episode
 from seal.eval.policies import SamplingSettings
 from seal.rollout import episode_loop
 from seal.rollout.settings import RolloutSettings
-from seal.schema import default_config
-
-TASK = "multi_turn_base_100"
-CALL_STOCK = '<tool_call>\n{"name": "get_stock_info", "arguments": {"symbol": "NVDA"}}\n</tool_call>'
-SAMPLING = {"temperature": 1.0, "top_p": 1.0, "logprobs": True}
-
-
-def make_config(**rollout: Any) -> Any:
-    cfg = default_config()
-    cfg.env_service.url = None
-    for key, value in rollout.items():
-        cfg.seal.rollout[key] = value
-    cfg.actor_rollout_ref = {"rollout": {"prompt_length": 8192, "response_length": 2048, "max_model_len": 8192}}
-    return cfg
+from test_rollout_agent_loop import CALL_STOCK, SAMPLING, TASK, make_config
 
 
 class _LoopingPolicy:
