@@ -15,20 +15,14 @@ loss mask alone keeps the observations out of training. The same update with the
 flipped advantage sign or an inverted mask must fail the direction check
 (:mod:`update_direction`); the sabotaged cases assert that it does.
 
-Running verl's worker on CPU takes three test-only settings (the ``cpu_verl`` fixture), each
-undone afterwards: a CPU platform through verl's platform plug-in interface (verl otherwise
-falls back to CUDA), a one-process gloo group (the worker would ask for ``cpu:gloo,cpu:gloo``),
-and ``VERL_ENGINE_DEVICE=cuda`` so the engine registry picks the FSDP engine (registered for
-cuda/npu only; its code reaches the device through the platform). The reference policy's
-log-probs are the old policy's: before the first update the policy is the reference (verl's
-forward-only reference worker pins CPU-offloaded memory, which needs an accelerator).
+verl's worker runs in this process on the project's CPU platform
+(:func:`seal.trainer.verl.cpu.in_process`: the platform, a one-process gloo group, verl's FSDP
+engine registered for ``cpu``). The reference policy's log-probs are the old policy's: before the
+first update the policy is the reference.
 """
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import types
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -47,8 +41,6 @@ from seal.types import FailureTag
 pytest.importorskip("verl")
 
 from verl import DataProto  # noqa: E402
-from verl.plugin.platform import platform_manager  # noqa: E402
-from verl.plugin.platform.platform_base import PlatformBase  # noqa: E402
 
 VOCAB = 128
 PROMPT_LEN, PROMPT_PAD = 10, 2  # left padding, as verl's batches have
@@ -57,130 +49,13 @@ LR = 1e-2
 STEP = 3  # a step where A-Patch rescales rows
 
 
-class _CpuDeviceModule(types.ModuleType):
-    """``torch.cpu`` plus the accelerator-module calls verl makes around an update: memory
-    figures for its logs read 0, cache emptying does nothing, and the device name is the one
-    verl's MFU estimate uses for a CPU."""
-
-    def __init__(self) -> None:
-        super().__init__("cpu_device_module")
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(torch.cpu, name)
-
-    @staticmethod
-    def get_device_name(*_: Any) -> str:
-        return "CPU"
-
-    @staticmethod
-    def mem_get_info(*_: Any) -> tuple[int, int]:
-        return 0, 0
-
-    @staticmethod
-    def memory_allocated(*_: Any) -> int:
-        return 0
-
-    max_memory_allocated = memory_reserved = max_memory_reserved = memory_allocated
-
-    @staticmethod
-    def empty_cache() -> None:
-        pass
-
-
-class _CpuPlatform(PlatformBase):
-    """The CPU as a verl platform (verl 0.9.1 ships CUDA, NPU and ROCm ones only)."""
-
-    device_name = "cpu"
-    vendor_name = "cpu"
-    device_module = _CpuDeviceModule()
-
-    def is_available(self) -> bool:
-        return True
-
-    def current_device(self) -> str:  # what verl passes to ``.to()``
-        return "cpu"
-
-    def device_count(self) -> int:
-        return 1
-
-    def set_device(self, device_index: int) -> None:
-        pass
-
-    def synchronize(self, device_index: int | None = None) -> None:
-        pass
-
-    def manual_seed(self, seed: int) -> None:
-        torch.manual_seed(seed)
-
-    manual_seed_all = manual_seed
-
-    def set_allocator_settings(self, settings: str) -> None:
-        pass
-
-    def empty_cache(self) -> None:
-        pass
-
-    def get_device_capability(self, device_index: int = 0) -> tuple[None, None]:
-        return None, None
-
-    def communication_backend_name(self) -> str:
-        return "gloo"
-
-    def visible_devices_envvar(self) -> str:
-        return "CUDA_VISIBLE_DEVICES"
-
-    @contextlib.contextmanager
-    def nvtx_range(self, msg: str) -> Iterator[None]:
-        yield
-
-    def profiler_start(self) -> None:
-        pass
-
-    def profiler_stop(self) -> None:
-        pass
-
-    def ray_resource_name(self) -> str:
-        return "CPU"
-
-    def ray_noset_envvars(self) -> list[str]:
-        return []
-
-    def is_ipc_supported(self) -> bool:
-        return False
-
-    def cudart(self) -> None:
-        return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def cpu_verl() -> Iterator[None]:
-    """verl's workers in this process on the CPU (see the module docstring); undone afterwards,
-    including the environment variables verl's ``Worker`` writes."""
-    import torch.distributed as dist
+    """verl's workers in this process on the CPU platform the project ships (undone afterwards)."""
+    from seal.trainer.verl.cpu import in_process
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(platform_manager, "_current_platform", _CpuPlatform())
-        env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "REDIS_STORE_SERVER_HOST": "",
-               "VERL_ENGINE_DEVICE": "cuda"}
-        for key, value in env.items():
-            mp.setenv(key, value)
-        created = not dist.is_initialized()
-        if created:
-            dist.init_process_group("gloo", rank=0, world_size=1)
-        try:
-            yield
-        finally:
-            if created:
-                dist.destroy_process_group()
+    with in_process():
+        yield
 
 
 @pytest.fixture(scope="module")
