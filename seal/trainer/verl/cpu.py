@@ -243,7 +243,8 @@ def use_cpu_platform_here() -> None:
 
     os.environ["VERL_PLATFORM"] = PLATFORM_NAME
     if not isinstance(platform_manager._current_platform, CpuPlatform):
-        platform_manager.set_platform(CpuPlatform())
+        # Assigned, not set_platform(): verl's fallback guess at import time was never used.
+        platform_manager._current_platform = CpuPlatform()
 
 
 def _set(cfg: Any, key: str, value: Any, changes: list[str], *, only_if: Any = None) -> None:

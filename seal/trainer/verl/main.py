@@ -25,6 +25,7 @@ import ray
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from seal.config_base import REPO_ROOT, ConfigError
+from seal.trainer import RunStopped
 from verl.trainer.main_ppo_v0 import BaseTaskRunner
 
 logger = logging.getLogger(__name__)
@@ -170,7 +171,28 @@ def run_verl(cfg: DictConfig, *, exp_dir: Path) -> None:
     exp_dir.mkdir(parents=True, exist_ok=True)
     logger.info("verl backend: %d node(s) x %d GPU(s), experiment folder %s", prepared.trainer.nnodes,
                 prepared.trainer.n_gpus_per_node, exp_dir)
-    run_ppo(prepared, task_runner_class=_RunnerFactory(str(exp_dir)))
+    try:
+        run_ppo(prepared, task_runner_class=_RunnerFactory(str(exp_dir)))
+    except ray.exceptions.RayError as exc:
+        raise RunStopped(stopped_line(exc, prepared)) from exc
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+
+
+def stopped_line(exc: BaseException, cfg: DictConfig) -> str:
+    """One line for a run that a Ray failure stopped (a worker killed or out of memory, an actor
+    that raised): the root cause's first line and where a resume continues from."""
+    cause: BaseException = exc
+    while isinstance(cause, ray.exceptions.RayTaskError) and cause.cause is not None:
+        cause = cause.cause
+    lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
+    # A RayTaskError's text opens with the failing actor's call; the error follows it.
+    first = next((line for line in lines if not line.startswith(("ray::", "\x1b"))), lines[0] if lines else "")
+    tracker = Path(str(cfg.trainer.default_local_dir)) / "latest_checkpointed_iteration.txt"
+    resume = (f"continue from checkpoint step {tracker.read_text().strip()} with trainer.resume_mode=auto"
+              if tracker.is_file() else "no checkpoint was written yet")
+    return f"the verl run stopped: {type(cause).__name__}: {first[:300]} ({resume})"
 
 
 def runs_on_cpu(cfg: DictConfig) -> bool:
