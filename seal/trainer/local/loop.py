@@ -205,14 +205,15 @@ class LocalTrainer:
             # 5. A-Patch: dynamic tag weights from the state, then per-episode scales.
             adv, apatch_metrics = self.coevolution.reweight(adv, [list(e.tags) for e in kept], step=step)
             metrics.update(apatch_metrics)
-            # 6. PPO-clip + low_var_kl update, grad clip, AdamW.
+            # 6. PPO-clip + low_var_kl update, grad clip, AdamW. The clip is the optimizer's
+            # clip_grad, the key verl's FSDP engine reads (it does not read actor.grad_clip).
             logger.info("step %d: updating on %d episodes (%d tokens)", step, len(kept),
                         sum(len(e.prompt_ids) + len(e.response_ids) for e in kept))
             metrics.update(policy_update(
                 self.model, self.ref_model, self.optimizer, batch, adv, self.loss_settings,
                 device=self.device, autocast=self.autocast,
                 mini_batch_rows=int(self.actor.ppo_mini_batch_size) * n, ppo_epochs=int(self.actor.ppo_epochs),
-                grad_clip=float(self.actor.grad_clip)))
+                grad_clip=float(self.actor.optim.clip_grad)))
         else:
             logger.warning("step %d: no episode left to train on (%d excluded, %d lone survivors); the update "
                            "is skipped", step, selection.excluded, selection.lone_survivors)

@@ -53,7 +53,6 @@ def grpo_advantages_verl(batch: Batch, *, norm_by_std: bool) -> torch.Tensor:
 
 
 def _minibatches(n_rows: int, size: int) -> list[list[int]]:
-    size = max(1, size)
     return [list(range(i, min(i + size, n_rows))) for i in range(0, n_rows, size)]
 
 
@@ -93,8 +92,10 @@ def kl_gradient_is_zero(model: torch.nn.Module, ref_model: torch.nn.Module | Non
     return False, "the policy differs from the reference"
 
 
-# Metrics that are counts, not per-sequence means.
-_COUNTS = ("actor/skipped_updates", "actor/skipped_rows")
+# Loss metrics that are each sequence's share of its mini-batch's loss (the aggregation divides by
+# the whole mini-batch's tokens or sequences): a mini-batch reports their sum, as verl's worker sums
+# them over its micro-batches. The other loss metrics are means over the mini-batch's sequences.
+_SHARES = ("actor/pg_loss", "actor/kl_loss")
 
 
 def policy_update(model: torch.nn.Module, ref_model: torch.nn.Module | None, optimizer: torch.optim.Optimizer,
@@ -114,8 +115,12 @@ def policy_update(model: torch.nn.Module, ref_model: torch.nn.Module | None, opt
     so the gradient is exactly the full batch's. A mini-batch with no row left does no optimizer
     step (``actor/skipped_updates``): weights and AdamW state (moments, step count) stay as they
     are; the local trainer has no LR scheduler (constant LR, the paper's recipe).
+
+    The loss metrics are verl's: each mini-batch's (:func:`_train_minibatch`), averaged over the
+    mini-batches that trained, so ``actor/pg_loss`` is the loss the optimizer stepped on.
     """
     n_rows = len(batch.episodes)
+    mini_batch_rows = max(1, mini_batch_rows)
     minibatches = _minibatches(n_rows, mini_batch_rows)
     single = ppo_epochs * len(minibatches) == 1
     signal = rows_with_signal(advantages, batch.mask, settings)
@@ -125,44 +130,51 @@ def policy_update(model: torch.nn.Module, ref_model: torch.nn.Module | None, opt
     use_ref = settings.use_kl_loss and ref_model is not None
     ref: dict[int, torch.Tensor] = {}
     model.train()
-    sums: Counter[str] = Counter()
+    counts: Counter[str] = Counter()
+    trained: list[dict[str, float]] = []  # one entry per mini-batch that ran forward/backward
     for _ in range(ppo_epochs):
         for rows in minibatches:
             train_rows = [i for i in rows if signal[i] or not droppable]
-            sums["actor/skipped_rows"] += len(rows) - len(train_rows)
+            counts["actor/skipped_rows"] += len(rows) - len(train_rows)
             if not train_rows:
-                sums["actor/skipped_updates"] += 1
+                counts["actor/skipped_updates"] += 1
                 continue
             if use_ref:  # the reference is frozen: its log-probs can be taken when first needed
                 ref.update(_logprobs_nograd(ref_model, batch, [i for i in train_rows if i not in ref], device,
                                             autocast))
-            stepped = _train_minibatch(model, optimizer, batch, advantages, settings, rows, train_rows, old, ref,
-                                       sums, device=device, autocast=autocast, grad_clip=grad_clip)
+            stepped, metrics = _train_minibatch(model, optimizer, batch, advantages, settings, rows, train_rows, old,
+                                                ref, mini_batch_rows=mini_batch_rows, device=device, autocast=autocast,
+                                                grad_clip=grad_clip)
+            trained.append(metrics)
             if stepped and use_ref:
                 droppable = False  # the policy has left the reference: the KL term has a gradient now
-    if sums["actor/skipped_updates"] == ppo_epochs * len(minibatches):
+    if counts["actor/skipped_updates"] == ppo_epochs * len(minibatches):
         logger.warning("update skipped: all %d episodes have advantage 0 and no other loss term (%s); no "
                        "forward/backward, no optimizer step", n_rows, why)
-    count = sums.pop("_sequences", 0)
-    out = {k: v / max(count, 1) for k, v in sums.items() if k not in _COUNTS}
-    out.update({k: float(sums[k]) for k in _COUNTS})
+    # The mean over mini-batches, as verl's fit() reduces its worker's per-mini-batch metrics.
+    out = {k: sum(m[k] for m in trained) / len(trained) for k in (trained[0] if trained else {})}
+    out.update({k: float(counts[k]) for k in ("actor/skipped_updates", "actor/skipped_rows")})
     out["actor/num_updates"] = float(ppo_epochs * len(minibatches))
     out["actor/response_tokens"] = float(batch.mask.sum().item())
     return out
 
 
-
 def _train_minibatch(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Batch,
                      advantages: torch.Tensor, settings: LossSettings, rows: list[int], train_rows: list[int],
-                     old: dict[int, torch.Tensor], ref: dict[int, torch.Tensor], sums: Counter[str], *,
-                     device: torch.device, autocast: str, grad_clip: float) -> bool:
+                     old: dict[int, torch.Tensor], ref: dict[int, torch.Tensor], *, mini_batch_rows: int,
+                     device: torch.device, autocast: str, grad_clip: float) -> tuple[bool, dict[str, float]]:
     """Forward/backward over ``train_rows`` of the mini-batch ``rows``, then one optimizer step.
 
-    The aggregation's token count and batch size are the whole mini-batch's (the rows left out
-    contribute exactly 0). Adds to ``sums``; returns whether the optimizer stepped."""
+    The aggregation's token count is the whole mini-batch's (the rows left out contribute
+    exactly 0). Its sequence count (the seq-mean modes' denominator) is the configured
+    ``mini_batch_rows``, verl's ``ppo_mini_batch_size x n``: verl divides by it with the episodes
+    the step rules left out still in the mini-batch as zero-mask rows. Returns whether the optimizer stepped, and the mini-batch's metrics
+    as verl's worker reports one: its loss, KL loss and total loss (sums of the sequences'
+    shares), its gradient norm before clipping, the other loss metrics' means over sequences."""
     ntok = int(batch.mask[rows].sum().item())
     optimizer.zero_grad(set_to_none=True)
     loss_total = 0.0
+    per_sequence: list[dict[str, float]] = []
     for i in train_rows:
         e = batch.episodes[i]
         r = len(e.response_ids)
@@ -173,12 +185,11 @@ def _train_minibatch(model: torch.nn.Module, optimizer: torch.optim.Optimizer, b
         loss, m = sequence_loss(
             logp.unsqueeze(0), old_i.unsqueeze(0), ref_i, advantages[i : i + 1, :r].to(device),
             batch.mask[i : i + 1, :r].to(device), settings, batch_num_tokens=max(ntok, 1),
-            global_batch_size=len(rows),
+            global_batch_size=mini_batch_rows,
         )
         loss.backward()
         loss_total += float(loss.detach())
-        sums.update(m)
-        sums["_sequences"] += 1
+        per_sequence.append(m)
     grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip))
     stepped = math.isfinite(grad_norm)
     if stepped:
@@ -186,6 +197,7 @@ def _train_minibatch(model: torch.nn.Module, optimizer: torch.optim.Optimizer, b
     else:
         logger.warning("non-finite gradient norm; update skipped")
     optimizer.zero_grad(set_to_none=True)
-    sums["actor/grad_norm"] += grad_norm * len(train_rows)
-    sums["actor/loss"] += loss_total * len(train_rows)
-    return stepped
+    metrics = {k: sum(m[k] for m in per_sequence) / (1 if k in _SHARES else len(per_sequence))
+               for k in per_sequence[0]}
+    metrics.update({"actor/loss": loss_total, "actor/grad_norm": grad_norm})
+    return stepped, metrics
