@@ -124,10 +124,10 @@ def _check_micro_batch(plain: dict[str, Any], block: str, name: str) -> None:
     per_gpu, deprecated = select(plain, f"{block}.{name}_per_gpu"), select(plain, f"{block}.{name}")
     if per_gpu is None and deprecated is None:
         raise ConfigError(f"{block}.{name}_per_gpu=null: expected an integer >= 1 (verl needs a micro-batch "
-                          f"size unless actor_rollout_ref.actor.use_dynamic_bsz=true)")
+                          "size unless actor_rollout_ref.actor.use_dynamic_bsz=true)")
     if per_gpu is not None and deprecated is not None:
         raise ConfigError(f"{block}.{name}={show(deprecated)}: expected null next to {block}.{name}_per_gpu "
-                          f"(verl refuses both; the former is deprecated)")
+                          "(verl refuses both; the former is deprecated)")
 
 
 def _uses_reference(cfg: Any) -> bool:
