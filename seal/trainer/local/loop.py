@@ -110,9 +110,7 @@ class LocalTrainer:
     # ------------------------------------------------------------------ setup helpers
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
-        o = self.actor.optim
-        if str(o.get("optimizer", "AdamW")) != "AdamW":
-            raise ConfigError(f"actor_rollout_ref.actor.optim.optimizer={o.optimizer}: the local trainer uses AdamW")
+        o = self.actor.optim  # AdamW: the config pass's rule for the local trainer (seal.config_values)
         return torch.optim.AdamW(self.model.parameters(), lr=float(o.lr), betas=tuple(float(b) for b in o.betas),
                                  weight_decay=float(o.weight_decay))
 

@@ -58,6 +58,7 @@ def recipe(tmp_path_factory: pytest.TempPathFactory) -> Any:
         f"actor_rollout_ref.actor.optim.lr={LR}",
         # One group of 2 responses = one mini-batch = one optimizer step (2 micro-batches of 1).
         "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+        "trainer.n_gpus_per_node=1",  # the one gloo process below
     ])
     return worker_config(cfg, root)
 
