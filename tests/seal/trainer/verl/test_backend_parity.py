@@ -298,7 +298,8 @@ def recipe(models: Path) -> DictConfig:
         # One group of N episodes = one mini-batch = one optimizer step, one sequence per
         # micro-batch (the recipe's ppo_micro_batch_size_per_gpu=1; the local backend's only way).
         f"actor_rollout_ref.rollout.n={N}", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
-        "data.train_batch_size=1", f"seal.tasks.train_ids=[{TASK}]", "seal.tasks.val_ids=[multi_turn_base_10]",
+        "data.train_batch_size=1", "trainer.n_gpus_per_node=1",  # one worker, in this process
+        f"seal.tasks.train_ids=[{TASK}]", "seal.tasks.val_ids=[multi_turn_base_10]",
         "seal.tasks.max_prompt_tokens=null",
         # fp32 on the local side too (adapt_to_cpu gives verl's FSDP fp32 parameters and reductions).
         "seal.local.device=cpu", "seal.local.autocast=none",
