@@ -212,7 +212,7 @@ class LocalTrainer:
                 self.model, self.ref_model, self.optimizer, batch, adv, self.loss_settings,
                 device=self.device, autocast=self.autocast,
                 mini_batch_rows=int(self.actor.ppo_mini_batch_size) * n, ppo_epochs=int(self.actor.ppo_epochs),
-                grad_clip=float(self.actor.grad_clip)))
+                grad_clip=float(self.actor.grad_clip), shared_prefix=self.local.shared_prefix_training))
         else:
             logger.warning("step %d: no episode left to train on (%d excluded, %d lone survivors); the update "
                            "is skipped", step, selection.excluded, selection.lone_survivors)
