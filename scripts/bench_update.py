@@ -49,6 +49,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="played episodes are kept here and reused while the file exists")
     p.add_argument("--batches", type=int, default=2, help="rollout batches (one step's episodes each) to update on")
     p.add_argument("--modes", default="rows,shared", help="comma-separated: rows, shared")
+    p.add_argument("--repeats", type=int, default=1, help="updates per mode and batch, the modes interleaved")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--json", default=None, help="also write the figures to this file")
     p.add_argument("overrides", nargs="*", help="Hydra overrides key=value (after `--`)")
     return p.parse_args(argv)
@@ -140,6 +142,7 @@ def run_updates(cfg: Any, base: Any, batch: Any, shared: bool) -> tuple[list[dic
     n = int(cfg.actor_rollout_ref.rollout.n)
     out = []
     for update in (1, 2):
+        load = os.getloadavg()[0]
         t0 = time.perf_counter()
         metrics = policy_update(model, ref, optimizer, batch, adv, settings, device=torch.device("cpu"),
                                 autocast=str(cfg.seal.local.autocast),
@@ -147,7 +150,8 @@ def run_updates(cfg: Any, base: Any, batch: Any, shared: bool) -> tuple[list[dic
                                 ppo_epochs=int(cfg.actor_rollout_ref.actor.ppo_epochs),
                                 grad_clip=float(cfg.actor_rollout_ref.actor.grad_clip), shared_prefix=shared)
         out.append({"update": update, "seconds": time.perf_counter() - t0, "ref_s": metrics["timing/ref_s"],
-                    "skipped_rows": metrics["actor/skipped_rows"], "grad_norm": metrics.get("actor/grad_norm")})
+                    "skipped_rows": metrics["actor/skipped_rows"],
+                    "grad_norm": metrics.get("actor/grad_norm", float("nan")), "load": load})
     return out, model
 
 
@@ -163,8 +167,9 @@ def agreement(base: Any, batch: Any, models: dict[str, Any]) -> dict[str, float]
           for m in ("rows", "shared")}
     logp_diff = max(float((lp["rows"][i] - lp["shared"][i])[batch.mask[i, : lp["rows"][i].shape[0]] > 0].abs().max())
                     for i in idx)
-    moved = max(float((p - q).abs().max()) for p, q in zip(models["rows"].parameters(), base.parameters()))
-    apart = max(float((p - q).abs().max()) for p, q in zip(models["rows"].parameters(), models["shared"].parameters()))
+    moved = max(float((p - q).detach().abs().max()) for p, q in zip(models["rows"].parameters(), base.parameters()))
+    apart = max(float((p - q).detach().abs().max())
+                for p, q in zip(models["rows"].parameters(), models["shared"].parameters()))
     return {"max_logprob_diff": logp_diff, "max_weight_diff": apart, "max_weight_change": moved}
 
 
@@ -173,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     logging.basicConfig(level=logging.WARNING)
+    sys.stdout.reconfigure(line_buffering=True)  # each figure as soon as it is measured
     import torch
 
     from seal.trainer.local.policy import load_policy
@@ -181,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     if any(m not in MODES for m in modes):
         print(f"bench_update: --modes {args.modes}: choose among {', '.join(MODES)}", file=sys.stderr)
         return 2
+    if args.threads:
+        torch.set_num_threads(args.threads)
     cfg = load_config(args)
     path = Path(args.episodes)
     if path.exists():
@@ -191,31 +199,43 @@ def main(argv: list[str] | None = None) -> int:
         path.write_text(json.dumps(batches))
     base, _ = load_policy(cfg, torch.device("cpu"))
     print(f"model {cfg.actor_rollout_ref.model.path}; torch {torch.__version__}, threads {torch.get_num_threads()}, "
-          f"kernels {torch.backends.cpu.get_cpu_capability()}, autocast {cfg.seal.local.autocast}; "
-          f"load average {os.getloadavg()[0]:.2f}")
+          f"kernels {torch.backends.cpu.get_cpu_capability()}, autocast {cfg.seal.local.autocast}")
     results = []
     for b, rows in enumerate(batches):
         batch = to_batch(rows)
         split = token_split(batch)
         print(f"batch {b}: {json.dumps(split)}")
-        models, times = {}, {}
-        for mode in modes:
-            times[mode], models[mode] = run_updates(cfg, base, batch, MODES[mode])
-            for t in times[mode]:
-                t.update(mode=mode, batch=b, tokens_per_s=split["tokens"] / t["seconds"])
-                print(f"  {mode:>6} update {t['update']}: {t['seconds']:6.1f} s (reference pass {t['ref_s']:5.1f} s), "
-                      f"{t['tokens_per_s']:6.0f} tokens/s, {t['skipped_rows']:.0f} rows skipped")
-                results.append(t)
+        models: dict[str, Any] = {}
+        for repeat in range(args.repeats):  # the modes interleaved, so a change of load hits both
+            for mode in modes:
+                times, model = run_updates(cfg, base, batch, MODES[mode])
+                models.setdefault(mode, model)
+                for t in times:
+                    t.update(mode=mode, batch=b, repeat=repeat, tokens_per_s=split["tokens"] / t["seconds"])
+                    print(f"  {mode:>6} update {t['update']}: {t['seconds']:6.1f} s (reference pass "
+                          f"{t['ref_s']:5.1f} s), {t['tokens_per_s']:6.1f} tokens/s, {t['skipped_rows']:.0f} rows "
+                          f"skipped, grad norm {t['grad_norm']:.4f}; load average {t['load']:.2f}")
+                    results.append(t)
         if {"rows", "shared"} <= set(modes):
-            for u in (0, 1):
-                ratio = times["rows"][u]["seconds"] / times["shared"][u]["seconds"]
-                print(f"  update {u + 1}: shared / rows tokens/s = {ratio:.2f}x")
             agree = agreement(base, batch, models)
             print(f"  agreement: {json.dumps(agree)}")
             results.append({"batch": b, **split, **agree})
+    summarize([r for r in results if "mode" in r], modes)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0
+
+
+def summarize(times: list[dict], modes: list[str]) -> None:
+    """Median tokens/s per mode and update over batches and repeats, and their ratio."""
+    import statistics
+
+    for update in (1, 2):
+        med = {m: statistics.median(t["tokens_per_s"] for t in times if t["mode"] == m and t["update"] == update)
+               for m in modes}
+        line = ", ".join(f"{m} {v:.1f} tokens/s" for m, v in med.items())
+        ratio = f"; shared / rows = {med['shared'] / med['rows']:.2f}x" if {"rows", "shared"} <= set(med) else ""
+        print(f"update {update} (median of {len(times) // (2 * len(modes))}): {line}{ratio}")
 
 
 if __name__ == "__main__":

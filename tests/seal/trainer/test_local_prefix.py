@@ -2,13 +2,15 @@
 gradient and a whole PPO update, to fp32 rounding; and cutting the prefix's gradient is caught.
 
 The batch is built like a step's: GRPO groups of 4 episodes sharing a prompt, responses of
-different lengths with tool observations (mask 0) between model turns; one group whose prompts
-part before their end (a per-episode hint) and a lone row.
+different lengths with tool observations (mask 0) between model turns; a group whose episodes
+also share the start of their first model turn (log-probs read inside the shared prefix), one whose
+prompts part before their end (a per-episode hint), two identical episodes, and a lone row.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -37,26 +39,32 @@ def tiny_llama(seed: int = 0) -> LlamaForCausalLM:
     return LlamaForCausalLM(cfg)
 
 
-def group_episodes(uid: str, prompts: list[list[int]], g: torch.Generator, reward0: float) -> list[Episode]:
+def group_episodes(uid: str, prompts: list[list[int]], g: torch.Generator, reward0: float,
+                   opening: list[int] = ()) -> list[Episode]:
+    """One episode per prompt: a model turn (``opening`` + own tokens), an observation, a model turn."""
     out = []
     for k, prompt in enumerate(prompts):
         turn1, obs, turn2 = (torch.randint(3, VOCAB, (n,), generator=g).tolist() for n in (6 + 3 * k, 5, 4 + k))
-        response = turn1 + obs + turn2
-        mask = [1] * len(turn1) + [0] * len(obs) + [1] * len(turn2)
+        response = list(opening) + turn1 + obs + turn2
+        mask = [1] * (len(opening) + len(turn1)) + [0] * len(obs) + [1] * len(turn2)
         result = EpisodeResult(task_id=uid, category="multi_turn_base", reward=reward0 + 0.25 * k)
         out.append(Episode(result, uid=uid, sample=k, prompt_ids=prompt, response_ids=response, response_mask=mask))
     return out
 
 
 def step_batch(seed: int = 3) -> Batch:
-    """Two groups of 4 with a shared 40-token prompt, one whose prompts part at token 30, a lone row."""
+    """Groups of 4 with a shared 40-token prompt (one of them also sharing a 5-token opening of its
+    first model turn), a group whose prompts part at token 30, two identical episodes, a lone row."""
     g = torch.Generator().manual_seed(seed)
-    shared = [torch.randint(3, VOCAB, (40,), generator=g).tolist() for _ in range(2)]
+    shared = [torch.randint(3, VOCAB, (40,), generator=g).tolist() for _ in range(3)]
     parting = torch.randint(3, VOCAB, (30,), generator=g).tolist()
     eps = group_episodes("a", [shared[0]] * 4, g, 0.0)
-    eps += group_episodes("b", [shared[1]] * 4, g, 0.1)
+    eps += group_episodes("b", [shared[1]] * 4, g, 0.1, opening=torch.randint(3, VOCAB, (5,), generator=g).tolist())
     eps += group_episodes("c", [parting + torch.randint(3, VOCAB, (6,), generator=g).tolist() for _ in range(4)],
                           g, 0.2)
+    twin = group_episodes("e", [shared[2]], g, 0.3)[0]
+    eps += [twin, Episode(dataclasses.replace(twin.result, reward=0.9), uid="e", sample=1, prompt_ids=twin.prompt_ids,
+                          response_ids=twin.response_ids, response_mask=twin.response_mask)]
     eps += group_episodes("d", [shared[0][:25]], g, 0.5)
     return build_batch(eps)
 
@@ -96,12 +104,16 @@ def read_positions(batch: Batch, i: int) -> torch.Tensor:
     return batch.mask[i, : len(batch.episodes[i].response_ids)] > 0
 
 
-def test_groups_share_the_prompt_less_its_last_token():
+def test_groups_share_their_common_beginning():
     batch = step_batch()
     forwards = RowForwards(batch, shared_prefix=True, device=CPU, autocast="none")
     groups = forwards.groups(tiny_llama(), range(len(batch.episodes)))
-    assert [(g.rows, g.shared) for g in groups] == [([0, 1, 2, 3], 39), ([4, 5, 6, 7], 39), ([8, 9, 10, 11], 30),
-                                                   ([12], 0)]
+    twin = batch.episodes[12]
+    # a: the prompt; b: the prompt and the shared opening; c: up to where the prompts part; e: all
+    # but the last token of the identical pair; d: alone.
+    assert [(g.rows, g.shared) for g in groups] == [
+        ([0, 1, 2, 3], 40), ([4, 5, 6, 7], 45), ([8, 9, 10, 11], 30),
+        ([12, 13], len(twin.prompt_ids) + len(twin.response_ids) - 1), ([14], 0)]
 
 
 def test_logprobs_equal_per_row_sequences():
@@ -135,7 +147,7 @@ def test_cut_prefix_gradient_fails_the_comparison(monkeypatch):
     ref = RowForwards(batch, shared_prefix=False, device=CPU, autocast="none").logprobs(tiny_llama(seed=5),
                                                                                         range(len(batch.episodes)))
     _, grads_rows = gradients(model, batch, shared_prefix=False, ref=ref)
-    monkeypatch.setattr(prefix, "backward_through_prefix", lambda *_: None)
+    monkeypatch.setattr(prefix, "backward_through_prefix", lambda *_: None)  # the prefix's key/values detached
     _, grads_cut = gradients(model, batch, shared_prefix=True, ref=ref)
     differing = []
     for name in grads_rows:
