@@ -158,6 +158,13 @@ class LocalKeys:
     generation_batch_size: int = knob(16, "Most requests batched into one HF generate call.", ge=1)
     shared_prefix_min_tokens: int = knob(128, "Rows of a generation batch sharing at least this many leading "
                                          "tokens read them once per forward (0 = off).", ge=0)
+    shared_prefix_training: bool = knob(True, "Update and log-prob passes compute the prompt a GRPO group's "
+                                        "episodes share once and run each episode's continuation on it, with "
+                                        "LM-head logits only where a log-prob is read; the same losses, "
+                                        "gradients and log-probs as one sequence per episode, to fp32 rounding "
+                                        "(false = one full sequence per episode). Not with gradient "
+                                        "checkpointing, which drops the cache: then each episode is its own "
+                                        "sequence.")
     max_concurrent_episodes: int = knob(16, "Most episodes in flight at once.", ge=1)
     max_fault_fraction: float = knob(0.5, "Stop the run when more than this fraction of a step's episodes "
                                      "fault (after retries); below it they are left out of the update.",

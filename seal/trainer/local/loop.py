@@ -211,7 +211,7 @@ class LocalTrainer:
                 self.model, self.ref_model, self.optimizer, batch, adv, self.loss_settings,
                 device=self.device, autocast=self.autocast,
                 mini_batch_rows=int(self.actor.ppo_mini_batch_size) * n, ppo_epochs=int(self.actor.ppo_epochs),
-                grad_clip=float(self.actor.optim.clip_grad)))
+                grad_clip=float(self.actor.optim.clip_grad), shared_prefix=self.local.shared_prefix_training))
         else:
             logger.warning("step %d: no episode left to train on (%d excluded, %d lone survivors); the update "
                            "is skipped", step, selection.excluded, selection.lone_survivors)
@@ -233,7 +233,7 @@ class LocalTrainer:
         logger.info("validation at step %d: %d episodes in %.1f s", step, len(episodes), time.time() - t0)
         write_validation_log(self.exp_dir / "validation_log", step, episodes, self.sampling_params(train=False),
                              split="val", tokenizer=self.tokenizer)
-        return validation_metrics(episodes)
+        return validation_metrics(episodes) | {"timing/validation_s": time.time() - t0}
 
     # ------------------------------------------------------------------ checkpoints and the loop
 
