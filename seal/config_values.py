@@ -144,6 +144,11 @@ def check_verl_backend(cfg: DictConfig) -> None:
     if cfg.trainer.get("use_v1", False):
         raise ConfigError("trainer.use_v1=true: the SEAL verl backend extends the RayPPOTrainer (v0) loop; "
                           "set trainer.use_v1=false")
+    if select(cfg, "actor_rollout_ref.actor.use_prefix_grouper"):
+        raise ConfigError(
+            "actor_rollout_ref.actor.use_prefix_grouper=true: verl 0.9.1's FSDP engine never applies the prefix "
+            "grouper (only its batch balancing reads the flag), so no prompt would be shared; set it to false "
+            "(the local backend's seal.local.shared_prefix_training is the working counterpart)")
     if select(cfg, "algorithm.rollout_correction.bypass_mode") and not _uses_reference(cfg):
         raise ConfigError(
             "algorithm.rollout_correction.bypass_mode=true without a reference policy: no SEAL hook runs before "

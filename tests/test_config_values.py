@@ -216,6 +216,8 @@ def test_rules_between_keys_fail_in_the_pass(composed, overrides, line):
     (["actor_rollout_ref.rollout.log_prob_micro_batch_size=2"],
      "actor_rollout_ref.rollout.log_prob_micro_batch_size=2: expected null next to"),
     (["trainer.critic_warmup=2"], "trainer.critic_warmup=2: verl skips the actor update"),
+    (["actor_rollout_ref.actor.use_prefix_grouper=true"],
+     "actor_rollout_ref.actor.use_prefix_grouper=true: verl 0.9.1's FSDP engine never applies the prefix grouper"),
 ])
 def test_the_verl_backend_needs_verls_batch_arithmetic_in_the_pass(composed, overrides, line):
     assert _refused(composed, ["trainer.backend=verl", *overrides]).startswith(line)

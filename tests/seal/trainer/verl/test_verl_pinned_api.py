@@ -109,3 +109,24 @@ def test_agent_loop_contract():
     # Every non-tensor column of the generation batch reaches run() as a keyword argument.
     assert "kwargs = {k: v[i] for k, v in batch.non_tensor_batch.items()" in source
     assert "agent_loop_config_path" in inspect.getsource(AgentLoopWorker.__init__)
+
+
+def test_the_fsdp_engine_never_applies_the_prefix_grouper():
+    """Why the config pass refuses ``actor.use_prefix_grouper=true`` on the verl backend: in the
+    pinned verl the FSDP engine patches the model without the grouper, and no worker calls its
+    forward; only the trainer's batch balancing reads the flag. A verl that wires it in fails here
+    (then the refusal should go and the recipes could turn it on)."""
+    import ast
+    from pathlib import Path
+
+    import verl
+    from verl.workers.engine.fsdp import transformer_impl
+
+    calls = [node for node in ast.walk(ast.parse(inspect.getsource(transformer_impl)))
+             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "apply_monkey_patch"]
+    assert calls, "the FSDP engine no longer calls apply_monkey_patch"
+    assert all("use_prefix_grouper" not in {k.arg for k in call.keywords} for call in calls)
+    workers = Path(verl.__file__).parent / "workers"
+    readers = [p for p in workers.rglob("*.py")
+               if "prefix_grouper" in p.read_text(encoding="utf-8") and p.name != "actor.py"]
+    assert readers == [], readers
