@@ -338,7 +338,7 @@ def task_ids(cfg: Any, split: str, tokenizer: str) -> list[str]:
     from seal.trainer.tasks import select_task_ids
 
     if split == "warm_start":
-        from seal.warm_start.settings import warm_start_task_ids
+        from seal.trainer.tasks import warm_start_task_ids
 
         return list(warm_start_task_ids(cfg))
     if whole_split(cfg, split):

@@ -10,8 +10,8 @@ objects made for this call only) and, turn by turn:
   from the ground truth's is ``multi_turn:force_terminated``, as BFCL's eval runner rules before
   checking;
 * keeps going after the first failure, on the model's own accumulated state (missing model turns
-  count as empty), gathers each ground-truth turn's :class:`seal.tags.TurnEvidence` and tags the
-  turn with the registered tag rules (:func:`seal.tags.classify_turn`).
+  count as empty), gathers each ground-truth turn's :class:`seal_shared.tags.TurnEvidence` and tags the
+  turn with the registered tag rules (:func:`seal_shared.tags.classify_turn`).
 
 Both the verdict and the tags come from the same single pass on instances created for it.
 """
@@ -27,8 +27,8 @@ from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import is_empty_exe
 
 from env_service.bfcl.executor import DEFAULT_CALL_TIMEOUT_S, Executor
 from env_service.bfcl.tasks import is_long_context
-from seal.tags import TurnEvidence, classify_turn
-from seal.types import TurnDiagnosis
+from seal_shared.tags import TurnEvidence, classify_turn
+from seal_shared.types import TurnDiagnosis
 
 logger = logging.getLogger(__name__)
 

@@ -152,7 +152,7 @@ class EpisodeParams(BaseModel):
 
 
 class Interface(Protocol):
-    """The part of ``seal.interface.EpisodeInterface`` the episode uses."""
+    """The part of ``seal_shared.interface.EpisodeInterface`` the episode uses."""
 
     def transform_tools(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]: ...
     def system_blocks(self) -> list[str]: ...
@@ -161,8 +161,8 @@ class Interface(Protocol):
 
 
 def make_interface(params: EpisodeParams, category: str) -> Interface:
-    """The SEAL interface layer for this episode (``seal.interface.EpisodeInterface``)."""
-    from seal.interface import EpisodeInterface  # deferred: the environment core works without it in tests
+    """The SEAL interface layer for this episode (``seal_shared.interface.EpisodeInterface``)."""
+    from seal_shared.interface import EpisodeInterface  # deferred: the environment core works without it in tests
 
     return EpisodeInterface.from_params(params.model_dump(), category=category)
 

@@ -1,6 +1,6 @@
 """Type checks of the interface blocks of the episode params, against the interface's own field types.
 
-``seal.interface`` reads ``observation_lite``, ``tool_feedback_evolution`` and ``diagnostic_evolution``
+``seal_shared.interface`` reads ``observation_lite``, ``tool_feedback_evolution`` and ``diagnostic_evolution``
 into dataclasses and rejects unknown keys, but a known key with a value of the wrong type (a number
 where a list of names belongs) used to fail deep inside the episode as an internal error. Here every
 known key is validated (and coerced, in pydantic's lax mode: ``"true"`` for a bool is fine) against
@@ -19,8 +19,8 @@ from pydantic import TypeAdapter, ValidationError
 
 @functools.cache
 def _field_adapters(key: str) -> dict[str, TypeAdapter]:
-    from seal.interface.episode import DiagnosticEvolutionParams, ObservationLiteParams, ToolFeedbackParams
-    from seal.interface.guidelines import GuidelineConfig
+    from seal_shared.interface.episode import DiagnosticEvolutionParams, ObservationLiteParams, ToolFeedbackParams
+    from seal_shared.interface.guidelines import GuidelineConfig
 
     classes = {"observation_lite": (ObservationLiteParams,), "tool_feedback_evolution": (ToolFeedbackParams,),
                "diagnostic_evolution": (DiagnosticEvolutionParams, GuidelineConfig)}[key]

@@ -13,9 +13,9 @@ its per-turn check and one registration (the contract: ``docs/extending.md``).
   environment gives ``start()`` (a fresh world) and, when the default replay does not fit,
   ``check_turns()`` or ``parse()``. Its params: :class:`EpisodeParams` or :class:`InterfaceParams`.
 * The evaluation (:mod:`~env_service.kit.evaluation`): :class:`TurnCheck` per ground-truth turn
-  (a :class:`seal.tags.TurnEvidence` and the refused calls' texts), :func:`replay_turns` (the
+  (a :class:`seal_shared.tags.TurnEvidence` and the refused calls' texts), :func:`replay_turns` (the
   default per-turn check), :func:`turn_failure` (the default verdict rule) and
-  :func:`build_evaluation` (the evaluation dict the trainer reads, tags from :mod:`seal.tags`).
+  :func:`build_evaluation` (the evaluation dict the trainer reads, tags from :mod:`seal_shared.tags`).
 * The registration (:mod:`~env_service.kit.environment`): :func:`register_tool_environment`.
 """
 

@@ -10,7 +10,7 @@ tool-calling steps than ``max_steps_per_turn`` ends the episode; ``evaluate(spar
 per-turn check on the accepted calls and builds the evaluation
 (:func:`~env_service.kit.evaluation.build_evaluation`).
 
-Interface evolution (:class:`seal.interface.EpisodeInterface`) is applied here: observation hints on
+Interface evolution (:class:`seal_shared.interface.EpisodeInterface`) is applied here: observation hints on
 the tool docs and the system blocks at ``reset``, recovery hints after a rejected message and after
 each failed call (``ToolResult.failed``: the world's declared rule, never a guess from the text).
 It reads the ``observation_lite`` / ``tool_feedback_evolution`` / ``diagnostic_evolution`` blocks of
@@ -33,8 +33,8 @@ from env_service.bfcl.prompts import (
 )
 from env_service.kit.evaluation import TurnCheck, World, build_evaluation, replay_turns
 from env_service.kit.tasks import Task
-from seal.interface import EpisodeInterface
-from seal.interface.blocks import INTERFACE_BLOCKS
+from seal_shared.interface import EpisodeInterface
+from seal_shared.interface.blocks import INTERFACE_BLOCKS
 
 
 class EpisodeParams(BaseModel):

@@ -1,11 +1,11 @@
 """From per-turn check results to the evaluation shape the trainer reads.
 
 An environment's per-turn check gives one :class:`TurnCheck` per ground-truth turn: the
-:class:`seal.tags.TurnEvidence` the tag rules read, and the error texts of the model's refused
+:class:`seal_shared.tags.TurnEvidence` the tag rules read, and the error texts of the model's refused
 calls. :func:`build_evaluation` turns them into the ``evaluate(sparse=False)`` dict, with the keys
 and meanings of the BFCL checker's (``seal.episode.Evaluation.from_wire`` reads it):
 
-* one tag per ground-truth turn, from :func:`seal.tags.classify_turn` (so a research tag
+* one tag per ground-truth turn, from :func:`seal_shared.tags.classify_turn` (so a research tag
   registered by a plug-in applies here too);
 * the episode's verdict: ``multi_turn:force_terminated`` when the model played another number of
   turns than the ground truth has, else the first turn that fails :func:`turn_failure` (or an
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from env_service.kit.tools import ToolResult
-from seal.tags import TurnEvidence, classify_turn
+from seal_shared.tags import TurnEvidence, classify_turn
 
 FORCE_TERMINATED = "multi_turn:force_terminated"
 EMPTY_TURN = "multi_turn:empty_turn_model_response"
@@ -49,7 +49,7 @@ class TurnCheck:
     """The per-turn check's result on one ground-truth turn.
 
     Attributes:
-        evidence: what the check observed (the input of every tag rule; see ``seal.tags``).
+        evidence: what the check observed (the input of every tag rule; see ``seal_shared.tags``).
         errors: the texts of the model's calls of the turn that were refused (shown in ``turns``).
     """
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from seal.diagnosis.state import BUCKETS, CapabilityState
-from seal.types import dataclass_from_mapping
+from seal_shared.types import dataclass_from_mapping
 
 # Error strings as the environment and BFCL's backends write them.
 _ERROR_PATTERNS = (

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import torch
 
 from seal.advantage import register_reweighter
-from seal.tags import TagDefinition, TurnEvidence, register_tag
-from seal.types import PaperLabel
+from seal_shared.tags import TagDefinition, TurnEvidence, register_tag
+from seal_shared.types import PaperLabel
 
 
 def _tool_names(calls: tuple[str, ...]) -> Counter[str]:

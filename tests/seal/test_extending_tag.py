@@ -12,8 +12,9 @@ from env_service.bfcl.tasks import TaskStore
 from seal.advantage import APatchConfig, apatch_reweight, prepare_tag_weights
 from seal.config import REPO_ROOT, ConfigError, compose_config, validate_config
 from seal.diagnosis import CapabilityState, DiagnosisStats
-from seal.interface.guidelines import GuidelineConfig, select_guidelines
-from seal.tags import known_tags
+from seal.interface.guidelines import select_guidelines
+from seal_shared.interface.guidelines import GuidelineConfig
+from seal_shared.tags import known_tags
 
 # Turn 0 of multi_turn_base_0 needs cd, mkdir and mv; the model only makes the folder.
 MISSED = [[["mkdir(dir_name='temp')"]], [], [], []]

@@ -11,7 +11,7 @@ from env_service.oracle import oracle_for_task
 
 
 class InertInterface:
-    """A stand-in for ``seal.interface.EpisodeInterface`` with every part switched off."""
+    """A stand-in for ``seal_shared.interface.EpisodeInterface`` with every part switched off."""
 
     def transform_tools(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [dict(t) for t in tools]

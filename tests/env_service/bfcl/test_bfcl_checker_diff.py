@@ -22,7 +22,7 @@ from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn
 from env_service.bfcl.checker import check_episode
 from env_service.bfcl.executor import backend_class, parse_call
 from env_service.bfcl.tasks import CATEGORIES
-from seal.types import FailureTag
+from seal_shared.types import FailureTag
 
 _names = itertools.count()
 

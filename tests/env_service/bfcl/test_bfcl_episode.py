@@ -198,7 +198,7 @@ def test_params_validation():
 
 
 def test_real_interface_wiring(store):
-    pytest.importorskip("seal.interface")
+    pytest.importorskip("seal_shared.interface")
     task = store.get("multi_turn_base_0")
     lite = {"observation_lite": {"enable": True}}
     train = BfclEpisode(task, {**lite, "rollout_mode": "sample"}).reset()[0]["content"]

@@ -6,7 +6,7 @@ import pytest
 
 from env_service.bfcl.episode import EpisodeParams
 from env_service.client import EnvClient
-from seal.interface import EpisodeInterface
+from seal_shared.interface import EpisodeInterface
 
 TASK = "multi_turn_base_0"
 HINTS_ON = {
