@@ -28,7 +28,6 @@ from seal_shared.plugins import load_plugins
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_HOST_FACTORY = "env_service.host:bfcl_host"  # the default environment's (bfcl) host
 _GONE_MEMORY = 20_000  # how many released/reaped/lost ids we remember, for clearer 404/503 messages
 
 

@@ -165,9 +165,9 @@ def tool_call_parser(cfg: Any, mode: str) -> str:
 
     if environment_name(cfg) != "bfcl":
         return "xml_json"
-    from env_service.bfcl.episode import EpisodeParams
+    from env_service.bfcl.episode import BfclParams
 
-    return str(EpisodeParams.model_validate(episode_params(cfg, mode, None)).tool_call_parser)
+    return str(BfclParams.model_validate(episode_params(cfg, mode, None)).tool_call_parser)
 
 
 _MESSAGES: dict[tuple[str, str, str], list[str]] = {}

@@ -8,7 +8,9 @@
   runner, evaluation or environment-service code, and diagnosis and reweighting do not import
   each other (the dynamic weights take tag statistics as input);
 * what the trainer and the environments share (``seal_shared``: tags, interface evolution, plug-in
-  loading) imports neither of them, and the environment service imports nothing of ``seal``.
+  loading) imports neither of them, and the environment service imports nothing of ``seal``;
+* the environment kit and the service's host know no environment: BFCL and ``notes`` are built on
+  the kit, never the reverse.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ FORBIDDEN = [
     ("seal.advantage", ("seal.diagnosis",)),
     ("seal_shared", ("seal", "env_service")),
     ("env_service", ("seal",)),
+    ("env_service.kit", ("env_service.bfcl", "env_service.notes")),
+    ("env_service.host", ("env_service.bfcl", "env_service.notes")),
 ]
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import typing
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -21,18 +22,27 @@ INTERFACE_BLOCKS = ("observation_lite", "tool_feedback_evolution", "diagnostic_e
 
 
 @functools.cache
-def block_keys(name: str) -> tuple[str, ...]:
-    """The keys a block may hold: its dataclass's fields (``diagnostic_evolution`` adds the trainer's
-    guideline-selection settings and the release's ``category_tags``)."""
+def block_fields(name: str) -> dict[str, Any]:
+    """The keys a block may hold and their types: its dataclass's fields (``diagnostic_evolution`` adds
+    the trainer's guideline-selection settings and the release's ``category_tags``)."""
     from seal_shared.interface.episode import DiagnosticEvolutionParams, ObservationLiteParams, ToolFeedbackParams
     from seal_shared.interface.guidelines import GuidelineConfig
 
     classes = {"observation_lite": (ObservationLiteParams,), "tool_feedback_evolution": (ToolFeedbackParams,),
                "diagnostic_evolution": (DiagnosticEvolutionParams, GuidelineConfig)}[name]
-    keys = [f.name for cls in classes for f in dataclasses.fields(cls)]
+    fields: dict[str, Any] = {}
+    for cls in classes:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            fields.setdefault(f.name, hints[f.name])
     if name == "diagnostic_evolution":
-        keys.append("category_tags")
-    return tuple(dict.fromkeys(keys))
+        fields["category_tags"] = bool  # the release's name for per_category
+    return fields
+
+
+def block_keys(name: str) -> tuple[str, ...]:
+    """The keys a block may hold (:func:`block_fields`)."""
+    return tuple(block_fields(name))
 
 
 def check_block_names(names: Iterable[str], *, owner: str) -> tuple[str, ...]:

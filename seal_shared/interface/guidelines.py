@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from seal_shared.tags import default_guidelines, guideline_excluded_tags, known_tags
+from seal_shared.tags import default_guidelines, known_tags
 from seal_shared.types import dataclass_from_mapping
 
 # The keys of a ``diagnostic_evolution`` block that the environment reads; every other key of

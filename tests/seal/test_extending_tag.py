@@ -8,7 +8,7 @@ import torch
 from omegaconf import OmegaConf
 
 from env_service.bfcl.checker import check_episode
-from env_service.bfcl.tasks import TaskStore
+from env_service.bfcl.tasks import load_store
 from seal.advantage import APatchConfig, apatch_reweight, prepare_tag_weights
 from seal.config import REPO_ROOT, ConfigError, compose_config, validate_config
 from seal.diagnosis import CapabilityState, DiagnosisStats
@@ -22,7 +22,7 @@ MISSED = [[["mkdir(dir_name='temp')"]], [], [], []]
 
 @pytest.fixture(scope="module")
 def task():
-    return TaskStore.load().get("multi_turn_base_0")
+    return load_store().get("multi_turn_base_0")
 
 
 def test_without_the_plugin_the_turn_is_a_state_mismatch(task) -> None:
