@@ -165,6 +165,21 @@ def test_failed_episode_is_diagnosed_per_turn(store, inert):
     assert result["passed_turns"] == 0 and result["irrelevance_turns"] == 1
 
 
+def test_the_episode_verdict_is_the_checkers(store, inert):
+    """The episode judges with BFCL's checker (its verdict hook): error type, message, failed turn and
+    details equal check_episode's on the same calls, where the kit's default rule words them otherwise."""
+    from env_service.bfcl.checker import check_episode
+
+    task = store.get("multi_turn_miss_param_0")
+    ep = BfclEpisode(task, {}, interface=inert)
+    while not ep.terminated:
+        ep.step(call("pwd") if ep.steps_in_turn == 0 else "next")
+    checker = check_episode(ep.model_turns, task.gt_turns, task.entry).to_dict()
+    result = ep.evaluate(sparse=False)
+    assert {k: result[k] for k in checker} == checker
+    assert checker["details"]["differences"] and "does not match" in checker["error_message"]
+
+
 def test_interface_parts_reach_the_text(store, recording):
     ep = episode(store, recording)
     system = ep.reset()[0]["content"]
