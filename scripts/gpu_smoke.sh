@@ -2,12 +2,14 @@
 # GPU smoke: train exp/gpu_smoke.yaml for two steps into a fresh experiment folder, resume it for a
 # third step, then check every output (scripts/check_run_outputs.py: one PASS/FAIL line per check).
 #
-#   bash scripts/gpu_smoke.sh [--backend verl|local] [--name NAME] [--out DIR] [--model PATH]
+#   bash scripts/gpu_smoke.sh [--cpu | --backend verl|local] [--name NAME] [--out DIR] [--model PATH]
 #                             [--port PORT] [-- key=value ...]
 #
 #   --backend  verl (default; one CUDA GPU, install.sh --gpu) or local: the same two steps, resume
 #              and checks on the CPU with the local backend and quickstart-sized settings
 #              (also SMOKE_BACKEND=local)
+#   --cpu      the verl backend on this machine's CPU (exp/verl_cpu.yaml): verl's own fit() on a
+#              local Ray cluster, FSDP2 workers on gloo, the seal_cpu rollout (also SMOKE_BACKEND=cpu)
 #   --name     experiment name, a folder that must not exist yet (default gpu_smoke_<date>_<time>)
 #   --out      where the logs and timings go (default experiments/<name>)
 #   --model    actor_rollout_ref.model.path (default: the config's, models/SmolLM2-135M-Instruct)
@@ -40,11 +42,13 @@ while [ $# -gt 0 ]; do
       esac
       shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
+    --cpu) BACKEND=cpu; shift ;;
+    -h|--help) sed -n 2,21p "$0"; exit 0 ;;
     *) usage_error "unknown option '$1'" ;;
   esac
 done
-case "$BACKEND" in verl|local) ;; *) usage_error "--backend $BACKEND: choose verl or local" ;; esac
+case "$BACKEND" in verl|local) ;; cpu) CONF="$ROOT/exp/verl_cpu.yaml" ;;
+  *) usage_error "--backend $BACKEND: choose verl or local (or --cpu)" ;; esac
 [ -z "$PORT" ] || [[ "$PORT" =~ ^[0-9]+$ ]] || usage_error "--port $PORT: expected a number"
 
 PY=${PYTHON:-$ROOT/.venv/bin/python}
@@ -101,7 +105,10 @@ val = ([0] if t.val_before_train else []) + [
 ckpt = [k for k in (1, 2, 3) if k % int(t.save_freq) == 0 or k in last]
 batch = int(cfg.data.train_batch_size)
 def count(ids, limit):
-    return len(list(ids)[: int(limit)] if limit else list(ids)) if ids else None
+    # Without listed ids the environment's split is used, cut to the limit when one is set.
+    if not ids:
+        return int(limit) if limit else None
+    return len(list(ids)[: int(limit)] if limit else list(ids))
 n_train = count(tasks.train_ids, tasks.max_train_tasks)
 per_epoch = n_train // batch if n_train else 0
 epochs = list(range(3 // per_epoch)) if per_epoch else []
@@ -137,8 +144,8 @@ phase() {
   local name=$1; shift
   local log="$OUT/smoke_$name.log" marks="$OUT/smoke_$name.marks" rc=0 t0=$SECONDS
   : >"$log"; : >"$marks"
-  echo "== $name: python launcher.py --conf exp/gpu_smoke.yaml --with-bfcl -- $*"
-  "$PY" "$ROOT/launcher.py" --conf "$CONF" --with-bfcl -- "$@" 2>&1 | follow "$log" "$marks" || rc=$?
+  echo "== $name: python launcher.py --conf ${CONF#"$ROOT"/} --with-env -- $*"
+  "$PY" "$ROOT/launcher.py" --conf "$CONF" --with-env -- "$@" 2>&1 | follow "$log" "$marks" || rc=$?
   WALL+=("$name $((SECONDS - t0))")
   if [ "$rc" != 0 ]; then
     echo "FAIL  $name run: the launcher exited with status $rc (log: $log)"
@@ -176,7 +183,7 @@ phase train "${OVERRIDES[@]}"
 phase resume "${OVERRIDES[@]}" "${RESUME[@]}"
 
 CHECK=("$EXP" --steps 3 --resumed-from 2 --val-steps "$VAL_STEPS" --ckpt-steps "$CKPT_STEPS"
-       --episodes-per-step "$EPISODES" --backend "$BACKEND")
+       --episodes-per-step "$EPISODES" --backend "${BACKEND/cpu/verl}")
 [ "$EPOCHS" = - ] || CHECK+=(--epochs "$EPOCHS")
 [ "$VAL_TASKS" = - ] || CHECK+=(--val-tasks "$VAL_TASKS")
 echo "== checks: python scripts/check_run_outputs.py ${CHECK[*]}"

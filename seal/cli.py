@@ -271,14 +271,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
-    """``seal config --show``: every SEAL key with its default and doc (:mod:`seal.schema`)."""
-    from seal.schema import entries
+    """``seal config --show``: every SEAL key with its default, doc and allowed values (:mod:`seal.schema`)."""
+    from seal.schema import entries, leaf_specs
 
     if not args.show:
         raise ValueError("nothing to do (fix: seal config --show)")
+    specs = leaf_specs()
     for key, default, doc in entries():
         print(f"{key} = {json.dumps(default)}")
         print(f"    {doc}" if doc else "    (no doc)")
+        print(f"    allowed: {specs[key].allowed()}")
     print("env_service.<env> = {...}\n    The environment's per-episode params; its params model is their schema "
           "(exp/seal_base.yaml holds the recipe's env_service.bfcl).")
     return 0

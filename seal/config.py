@@ -1,10 +1,10 @@
 """One config tree: compose an experiment YAML on verl's config and the SEAL schema, then check it.
 
-Every ``exp/*.yaml`` composes verl's installed ``ppo_trainer`` config (the composer puts
-``pkg://verl.trainer.config`` and ``exp/`` on Hydra's search path) plus ``exp/seal_base.yaml``,
-which names the SEAL schema (:mod:`seal.schema`, every SEAL key with its default) first in its
-defaults list and holds the recipe's environment params. An experiment file changes only what it
-needs. The one validation pass is :mod:`seal.config_check`.
+Every ``exp/*.yaml`` composes verl's installed ``ppo_trainer`` config (the composer puts verl's
+config folder, :func:`~seal.config_base.verl_config_dir`, and ``exp/`` on Hydra's search path)
+plus ``exp/seal_base.yaml``, which names the SEAL schema (:mod:`seal.schema`, every SEAL key with
+its default) first in its defaults list and holds the recipe's environment params. An experiment
+file changes only what it needs. The one validation pass is :mod:`seal.config_check`.
 """
 
 from __future__ import annotations
@@ -15,15 +15,13 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from seal import config_check, schema
-from seal.config_base import BASE_YAML, EXP_DIR, REPO_ROOT, ConfigError, to_plain
+from seal import config_check, config_values, schema
+from seal.config_base import BASE_YAML, EXP_DIR, REPO_ROOT, ConfigError, rule_error, to_plain, verl_config_dir
 
 __all__ = ["BASE_YAML", "EXP_DIR", "REPO_ROOT", "ConfigError", "compose_config", "experiment_dir", "to_plain",
            "validate_config"]
 
 log = logging.getLogger(__name__)
-
-VERL_SEARCHPATH = "pkg://verl.trainer.config"
 
 
 def compose_config(conf: str | Path, overrides: Sequence[str] = (), *, check: bool = True) -> DictConfig:
@@ -49,7 +47,7 @@ def compose_config(conf: str | Path, overrides: Sequence[str] = (), *, check: bo
     name = path.relative_to(root).with_suffix("").as_posix()
     # The search path is set here rather than in the YAML files: Hydra accepts `hydra.searchpath`
     # only in the primary config, and exp/SEAL.yaml is also composed as a parent of other files.
-    searchpath = f"hydra.searchpath=[{VERL_SEARCHPATH},file://{EXP_DIR}]"
+    searchpath = f"hydra.searchpath=[file://{verl_config_dir()},file://{EXP_DIR}]"
     schema.register()
     try:
         with initialize_config_dir(config_dir=str(root), version_base=None):
@@ -82,8 +80,9 @@ def _override_error(exc: BaseException, overrides: Sequence[str]) -> str:
 def experiment_dir(cfg: DictConfig) -> Path:
     """``experiments/<trainer.experiment_name>`` under the current directory."""
     name = str(cfg.trainer.experiment_name)
-    if not name or "/" in name or name.startswith("."):
-        raise ConfigError(f"trainer.experiment_name={name!r}: use a plain folder name")
+    rule = config_values.VERL_RULES["trainer.experiment_name"]
+    if rule.breaks(name):
+        raise rule_error("trainer.experiment_name", name, rule.allowed())
     return Path("experiments") / name
 
 

@@ -1,12 +1,15 @@
 """The one validation pass over a composed experiment config, before anything heavy starts.
 
 :func:`check_config` reads only YAML, the task store's ids and file names (never a model or
-tokenizer) and fails with one :class:`~seal.config_base.ConfigError` line naming the key (the
-messages are listed in docs/errors.md). Every composition checks the SEAL part: ``seal.plugins``
-imported first, then the SEAL blocks against :mod:`seal.schema` (strings strictly, the nearest key
-named), a plug-in reweighter's block by its config class, the environment's params block by the
-environment. ``full`` adds verl's keys against verl's ``ppo_trainer`` config, task ids, data files
-and a local model folder; an id list next to a data file is one warning saying which one wins.
+tokenizer) and fails with one :class:`~seal.config_base.ConfigError` line naming the key, the
+value and what is allowed (the messages are listed in docs/errors.md). Every composition checks
+the SEAL part: ``seal.plugins`` imported first, then every key of :mod:`seal.schema` (its type,
+strings strictly, null only where the field allows it, the values its rule allows; the nearest key
+named for a typo), a plug-in reweighter's block by its config class, the environment's params
+block by the environment. ``full`` adds verl's keys against verl's ``ppo_trainer`` config and the
+values a run reads (:mod:`seal.config_values`: ranges, verl's batch-size arithmetic, the rules
+between keys), task ids, data files and a local model folder; an id list next to a data file is
+one warning saying which one wins.
 """
 
 from __future__ import annotations
@@ -22,8 +25,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from seal import schema
-from seal.config_base import REPO_ROOT, ConfigError, to_plain
+from seal import config_values, schema
+from seal.config_base import REPO_ROOT, ConfigError, rule_error, show, to_plain, verl_config_dir
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +36,8 @@ STR_OR_LIST = ("data.train_files", "data.val_files", "trainer.logger")
 OPEN_PREFIXES = ("seal.advantage.apatch.tag_weights", "ray_kwargs.ray_init")
 SPLITS = ("train", "val")
 _NOT_IN_STRUCT = re.compile(r"Could not override '([^']+)'")
-_TYPE_NAMES = {bool: "true or false", int: "int", float: "number", str: "string"}
-
-
-BACKENDS = ("verl", "local")
+# A value of each type, for the type check of a schema key whose default is null.
+_EXAMPLES = {bool: True, int: 1, float: 1.0, str: "", list: [], dict: {}}
 # The SEAL blocks: checked against the schema (strings strictly), not against verl's tree.
 SEAL_BLOCKS = ("env_service", "seal")
 
@@ -44,9 +45,9 @@ SEAL_BLOCKS = ("env_service", "seal")
 @functools.lru_cache(maxsize=1)
 def reference_tree() -> dict[str, Any]:
     """verl's installed ``ppo_trainer`` config merged with the SEAL schema and ``exp/seal_base.yaml``."""
-    from hydra import compose, initialize_config_module
+    from hydra import compose, initialize_config_dir
 
-    with initialize_config_module("verl.trainer.config", version_base=None):
+    with initialize_config_dir(config_dir=str(verl_config_dir()), version_base=None):
         verl = compose(config_name="ppo_trainer")
     merged = OmegaConf.merge(OmegaConf.to_container(verl, resolve=True, throw_on_missing=False),
                              schema.default_config())
@@ -116,6 +117,12 @@ def check_config(cfg: DictConfig, overrides: Sequence[str] = (), *, full: bool =
     # ${...rollout.n}`) is judged at the key it points to, so the error names the key the user set.
     verl_side = {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k not in SEAL_BLOCKS}
     check_keys_and_types(verl_side, reference_tree(), added=added)
+    backend = str(cfg.trainer.backend)
+    config_values.check_verl_values(verl_side, reference_tree(), backend)
+    config_values.check_batch_sizes(plain, backend)
+    if backend == "verl":
+        config_values.check_verl_backend(cfg)
+    config_values.check_settings(cfg)
     check_model_path(plain)
     return check_tasks(plain)
 
@@ -127,7 +134,7 @@ def load_plugins(cfg: DictConfig) -> None:
 
     modules = to_plain(OmegaConf.select(cfg, "seal.plugins")) or []
     if not isinstance(modules, list) or not all(isinstance(m, str) for m in modules):
-        raise ConfigError(f"seal.plugins={modules!r}: expected a list of module names")
+        raise ConfigError(f"seal.plugins={show(modules)}: expected a list of module names")
     try:
         load(modules)
     except ValueError as exc:
@@ -143,9 +150,10 @@ def check_seal_blocks(cfg: DictConfig) -> None:
     ref = seal_reference()
     for top in SEAL_BLOCKS:
         _check_node(cfg[top], ref[top], top)
-    backend = OmegaConf.select(cfg, "trainer.backend")
-    if backend not in BACKENDS:
-        raise ConfigError(f"trainer.backend={backend!r}: choose one of {list(BACKENDS)}")
+    # The schema's keys under verl's trainer block.
+    for key in schema.leaf_specs():
+        if key.split(".")[0] not in SEAL_BLOCKS:
+            _check_leaf(key, to_plain(OmegaConf.select(cfg, key)), schema.schema_default(key))
 
 
 def _check_node(node: Any, ref: Any, path: str) -> None:
@@ -168,10 +176,22 @@ def _check_node(node: Any, ref: Any, path: str) -> None:
         return
     if path.startswith("env_service.") and _is_environment(path.split(".")[1]):
         return
-    value = to_plain(node)
+    _check_leaf(path, to_plain(node), ref)
+
+
+def _check_leaf(path: str, value: Any, ref: Any) -> None:
+    """A SEAL key: its type (strings strictly), null only where its field allows it, its rule."""
+    spec = schema.leaf_specs().get(path)
+    if spec is not None and ref is None:
+        ref = _EXAMPLES.get(spec.kind)
+    if value is None and spec is not None and not spec.nullable:
+        raise rule_error(path, value, spec.allowed())
     problem = type_problem(value, ref, path, strict_strings=True)
     if problem:
         raise ConfigError(f"{path}={show(value)}: expected {problem}")
+    problem = spec.problem(value) if spec is not None else None
+    if problem:
+        raise rule_error(path, value, problem)
 
 
 def _is_environment(name: str) -> bool:
@@ -200,13 +220,16 @@ def _check_tag_weights(node: Any, path: str) -> None:
     from seal.tags import known_tags
 
     if not isinstance(node, DictConfig):
-        raise ConfigError(f"{path}: expected a mapping of tag -> weight")
+        raise ConfigError(f"{path}={show(to_plain(node))}: expected a mapping of tag -> weight")
     known = known_tags()
+    rule = schema.leaf_specs()[path].rule
     for key, value in node.items():
         if key not in known:
             raise ConfigError(f"{path}.{key}: unknown failure tag (known: {', '.join(sorted(known))})")
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{path}.{key}={value!r}: expected a number")
+            raise ConfigError(f"{path}.{key}={show(value)}: expected a number")
+        if rule.breaks(value):
+            raise rule_error(f"{path}.{key}", value, rule.allowed())
 
 
 def check_environment(cfg: DictConfig) -> None:
@@ -220,7 +243,7 @@ def check_environment(cfg: DictConfig) -> None:
 
     name = OmegaConf.select(cfg, "env_service.env")
     if name not in known_environments():
-        raise ConfigError(f"env_service.env={name!r}: {unknown_environment_message(name)}")
+        raise ConfigError(f"env_service.env={show(name)}: {unknown_environment_message(name)}")
     env = get_environment(name)
     block = to_plain(cfg.env_service.get(name))
     if block is None:
@@ -296,12 +319,6 @@ def type_problem(value: Any, ref: Any, path: str, *, strict_strings: bool = Fals
                                         and not isinstance(value, bool))
         return None if ok else f"a string (fix: e.g. {path}={ref or 'text'})"
     return None
-
-
-def show(value: Any) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    return str(value) if not isinstance(value, str) else value
 
 
 # ---------------------------------------------------------------------- model and tasks

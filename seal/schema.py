@@ -1,9 +1,11 @@
 """The SEAL config schema: every SEAL key of an experiment config, with its one default and its doc.
 
-Each block is a dataclass; a field's ``doc`` (field metadata) says what it does. Blocks whose
-settings class predates the schema are that class (``RewardConfig``, ``APatchConfig``), documented
-in :data:`DOCS`. :func:`register` stores the defaults in Hydra's ConfigStore as ``seal_schema``,
-which ``exp/seal_base.yaml`` names first in its defaults list. An environment's params block
+Each block is a dataclass; a field's ``doc`` (field metadata) says what it does and its ``rule``
+(:class:`~seal.config_base.Rule`) which values it allows beyond its type, the one statement that
+both the config pass and the settings classes check. Blocks whose settings class predates the
+schema are that class (``RewardConfig``, ``APatchConfig``: their rules sit beside their fields),
+documented in :data:`DOCS`. :func:`register` stores the defaults in Hydra's ConfigStore as
+``seal_schema``, which ``exp/seal_base.yaml`` names first in its defaults list. An environment's params block
 (``env_service.<env>``) is the environment's own pydantic model (``Environment.check_params``).
 """
 
@@ -20,7 +22,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from env_service.registry import DEFAULT_ENVIRONMENT
 from seal.advantage.weights import APatchConfig
-from seal.config_base import BASE_YAML, select
+from seal.config_base import BASE_YAML, FieldSpec, Rule, field_specs, select
+from seal.diagnosis.stats import DiagnosisConfig
 from seal.rewards import RewardConfig
 from seal.types import FailureTag
 from seal_shared import DEFAULT_TIMEOUT_S
@@ -29,11 +32,27 @@ SCHEMA_NAME = "seal_schema"
 _Block = TypeVar("_Block")
 
 
-def knob(default: Any, doc: str) -> Any:
-    """A schema field: its one default and its one doc."""
+# The choices of seal.rollout.episode_budget and seal.local.autocast (the engine reads the latter).
+EPISODE_BUDGETS = ("context", "response")
+AUTOCAST_SETTINGS = ("auto", "bf16", "fp16", "none")
+
+
+def knob(default: Any, doc: str, rule: Rule | None = None, **allowed: Any) -> Any:
+    """A schema field: its one default, its one doc and the values it allows (``rule``, or the
+    rule's own keywords: ``knob(20, "...", ge=1)``)."""
+    metadata = {"doc": doc}
+    if rule or allowed:
+        metadata["rule"] = rule or Rule(**allowed)
     if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default), metadata={"doc": doc})
-    return field(default=default, metadata={"doc": doc})
+        return field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def _reweighters() -> list[str]:
+    """Read when checked: plug-ins register reweighters after this module is imported."""
+    from seal.advantage import known_reweighters
+
+    return known_reweighters()
 
 
 @dataclass
@@ -41,7 +60,8 @@ class TrainerKeys:
     """SEAL's keys under verl's ``trainer`` block."""
 
     backend: str = knob("verl", "Which trainer runs the recipe: verl (Ray + FSDP + vLLM, GPUs) or local "
-                        "(one process, CPU or one GPU); both read the same verl keys.")
+                        "(one process, CPU or one GPU); both read the same verl keys.",
+                        choices=("verl", "local"))
     save_best_checkpoint: bool = knob(False, "After every validation pass, checkpoint a step strictly better "
                                       "than every earlier one (global_step_<k>, named in best_checkpoint.json "
                                       "and the `best` link).")
@@ -49,7 +69,7 @@ class TrainerKeys:
                                            "(the resume point).")
     best_checkpoint_metric: str | None = knob(None, "The compared score; null = the alphabetically first "
                                               "per-category pass rate (the release's choice).")
-    best_checkpoint_mode: str = knob("max", "max | min.")
+    best_checkpoint_mode: str = knob("max", "max | min.", choices=("max", "min"))
     save_best_checkpoint_in_val_only: bool = knob(False, "A validation-only run saves a best checkpoint only "
                                                   "with this on.")
 
@@ -61,9 +81,10 @@ class EnvServiceKeys:
     env: str = knob(DEFAULT_ENVIRONMENT, "The environment, by its registered name (bfcl, notes, or a plug-in's); its "
                     "per-episode params are the block env_service.<env>.")
     url: str | None = knob("http://127.0.0.1:8082", "Where the environment service listens; local backend: "
-                           "null (with urls empty) runs it in-process.")
+                           "null (with urls empty) runs it in-process.", pattern=r"https?://\S+",
+                           means="an http:// or https:// URL")
     urls: list = knob([], "Several service replicas (each episode sticks to one); overrides url when non-empty.")
-    timeout_s: float = knob(DEFAULT_TIMEOUT_S, "Per-request timeout of the environment client (seconds).")
+    timeout_s: float = knob(DEFAULT_TIMEOUT_S, "Per-request timeout of the environment client (seconds).", gt=0)
 
 
 @dataclass
@@ -73,7 +94,8 @@ class DiagnosisKeys:
     state_dir: str | None = knob(None, "Capability-state folder; null = experiments/<name>/diagnostic_state.")
     stats_dir: str | None = knob(None, "Epoch-stats folder; null = experiments/<name>/diagnostic_stats.")
     save_every_n_steps: int = knob(0, "Save the state every N steps as well as at each epoch end and with "
-                                   "every checkpoint (0 = no).")
+                                   "every checkpoint (0 = no).",
+                                   rule=field_specs(DiagnosisConfig)["save_every_n_steps"].rule)
 
 
 @dataclass
@@ -81,7 +103,7 @@ class AdvantageKeys:
     """``seal.advantage``: the reweighter applied to the GRPO advantages."""
 
     reweighter: str = knob("apatch", "apatch, identity, or one a plug-in registers; each reads its own block "
-                           "seal.advantage.<name>.")
+                           "seal.advantage.<name>.", choices=_reweighters)
     apatch: APatchConfig = field(default_factory=APatchConfig, metadata={"doc": "A-Patch's settings."})
 
 
@@ -89,19 +111,21 @@ class AdvantageKeys:
 class RolloutKeys:
     """``seal.rollout``: the episode budget and options (read by :class:`seal.rollout.settings.RolloutSettings`)."""
 
-    max_llm_calls: int = knob(20, "LLM calls per episode (the release counts the whole episode, not one turn).")
-    max_llm_calls_per_turn: int | None = knob(None, "Optional per-turn cap on LLM calls (null = none).")
-    max_env_tokens: int = knob(4096, "Observations are clipped to this many tokens.")
+    max_llm_calls: int = knob(20, "LLM calls per episode (the release counts the whole episode, not one turn).",
+                              ge=1)
+    max_llm_calls_per_turn: int | None = knob(None, "Optional per-turn cap on LLM calls (null = none).", ge=1)
+    max_env_tokens: int = knob(4096, "Observations are clipped to this many tokens.", ge=1)
     few_shot: bool = knob(False, "Prepend a short tool-use example conversation to every prompt (off in the "
                           "paper's recipe).")
     env_retries: int = knob(1, "An episode whose environment fails is retried this many times, then counted as "
-                            "an environment fault (never trained on).")
+                            "an environment fault (never trained on).", ge=0)
     max_tokens_per_call: int | None = knob(None, "New tokens per LLM call (null = actor_rollout_ref.rollout."
-                                           "response_length, as the release).")
+                                           "response_length, as the release).", ge=1)
     episode_budget: str = knob("context", "What ends an episode besides max_llm_calls. context (the release's): "
                                "no LLM call once the raw context reaches max_model_len - response_length; the "
                                "episode is scored whole and only its training tensors are cut. response: the "
-                               "continuation after the prompt stops at max_response_length.")
+                               "continuation after the prompt stops at max_response_length.",
+                               choices=EPISODE_BUDGETS)
 
 
 @dataclass(frozen=True)
@@ -112,13 +136,13 @@ class WarmStartKeys:
     enable: bool = knob(False, "Run the warm start before RL.")
     task_ids: tuple[str, ...] | None = knob(None, "Its tasks (training tasks only); null = the environment's "
                                             "train split.")
-    max_tasks: int | None = knob(None, "The first N of those tasks (null = all).")
+    max_tasks: int | None = knob(None, "The first N of those tasks (null = all).", ge=1)
     exclude_from_rl: bool = knob(True, "Leave the warm start's tasks out of RL training, so the RL curve is "
                                  "measured on tasks the warm start never imitated.")
-    epochs: int = knob(2, "Passes over the transcripts.")
-    lr: float = knob(5.0e-5, "Learning rate.")
-    batch_size: int = knob(1, "Transcripts per optimizer step (token-mean loss over them).")
-    grad_clip: float = knob(1.0, "Gradient-norm clip.")
+    epochs: int = knob(2, "Passes over the transcripts.", ge=1)
+    lr: float = knob(5.0e-5, "Learning rate.", gt=0)
+    batch_size: int = knob(1, "Transcripts per optimizer step (token-mean loss over them).", ge=1)
+    grad_clip: float = knob(1.0, "Gradient-norm clip.", gt=0)
     seed: int = knob(0, "Seed of the fine-tune.")
     output: str | None = knob(None, "The checkpoint folder; null = models/warm_start/<model>-<env>-<fingerprint>.")
 
@@ -127,15 +151,24 @@ class WarmStartKeys:
 class LocalKeys:
     """``seal.local``: the local trainer (``trainer.backend: local``); the verl backend ignores it."""
 
-    device: str = knob("auto", "cpu | cuda | cuda:<i> | auto (cuda when available).")
+    device: str = knob("auto", "cpu | cuda | cuda:<i> | auto (cuda when available).",
+                       pattern=r"cpu|cuda|cuda:\d+|auto", means="cpu, cuda, cuda:<i> or auto")
     autocast: str = knob("auto", "Autocast dtype (auto | bf16 | fp16 | none). auto: bf16 where the device runs "
-                         "it natively, fp32 otherwise; the weights stay fp32.")
-    generation_batch_size: int = knob(16, "Most requests batched into one HF generate call.")
+                         "it natively, fp32 otherwise; the weights stay fp32.", choices=AUTOCAST_SETTINGS)
+    generation_batch_size: int = knob(16, "Most requests batched into one HF generate call.", ge=1)
     shared_prefix_min_tokens: int = knob(128, "Rows of a generation batch sharing at least this many leading "
-                                         "tokens read them once per forward (0 = off).")
-    max_concurrent_episodes: int = knob(16, "Most episodes in flight at once.")
+                                         "tokens read them once per forward (0 = off).", ge=0)
+    shared_prefix_training: bool = knob(True, "Update and log-prob passes compute the prompt a GRPO group's "
+                                        "episodes share once and run each episode's continuation on it, with "
+                                        "LM-head logits only where a log-prob is read; the same losses, "
+                                        "gradients and log-probs as one sequence per episode, to fp32 rounding "
+                                        "(false = one full sequence per episode). Not with gradient "
+                                        "checkpointing, which drops the cache: then each episode is its own "
+                                        "sequence.")
+    max_concurrent_episodes: int = knob(16, "Most episodes in flight at once.", ge=1)
     max_fault_fraction: float = knob(0.5, "Stop the run when more than this fraction of a step's episodes "
-                                     "fault (after retries); below it they are left out of the update.")
+                                     "fault (after retries); below it they are left out of the update.",
+                                     ge=0, le=1)
     tensorboard: bool = knob(True, "Also write scalars to experiments/<name>/tensorboard/.")
     progress_bars: bool = knob(True, "tqdm progress bars for rollouts and validation.")
 
@@ -152,9 +185,12 @@ class TasksKeys:
     from_log: str | None = knob(None, "The validation log (file, or validation_log / seal eval --out folder) "
                                 "that from_tags reads.")
     max_prompt_tokens: int | None = knob(None, "Keep only tasks whose real initial prompt has at most this many "
-                                         "tokens; null: on verl the training split uses data.max_prompt_length.")
-    max_train_tasks: int | None = knob(None, "Keep the first N training tasks after the filters; null = all.")
-    max_val_tasks: int | None = knob(None, "Keep the first N validation tasks after the filters; null = all.")
+                                         "tokens; null: on verl the training split uses data.max_prompt_length.",
+                                         ge=1)
+    max_train_tasks: int | None = knob(None, "Keep the first N training tasks after the filters; null = all.",
+                                       ge=1)
+    max_val_tasks: int | None = knob(None, "Keep the first N validation tasks after the filters; null = all.",
+                                     ge=1)
 
 
 @dataclass
@@ -260,6 +296,18 @@ def entries(node: Any = None, prefix: str = "") -> Iterator[tuple[str, Any, str]
             yield from entries(value, key + ".")
         else:
             yield key, _plain_value(value), f.metadata.get("doc") or DOCS.get(key, "")
+
+
+@functools.cache
+def leaf_specs(cls: type = Schema, prefix: str = "") -> dict[str, FieldSpec]:
+    """``dotted key -> FieldSpec`` (type, whether null is allowed, rule) of every leaf key of the schema."""
+    out: dict[str, FieldSpec] = {}
+    for name, spec in field_specs(cls).items():
+        if dataclasses.is_dataclass(spec.kind):
+            out.update(leaf_specs(spec.kind, f"{prefix}{name}."))
+        else:
+            out[f"{prefix}{name}"] = spec
+    return out
 
 
 @functools.lru_cache(maxsize=1)

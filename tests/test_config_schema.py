@@ -174,3 +174,5 @@ def test_every_key_is_listed_with_a_doc(capsys):
     assert len(keys) > 70 and all(f"{key} = " in out for key in keys)
     assert "(no doc)" not in out
     assert all(doc for _, _, doc in schema.entries())
+    assert "seal.reward.mode = \"binary\"\n    binary (the paper's recipe) | capped | progress.\n" \
+           "    allowed: one of binary, capped, progress\n" in out

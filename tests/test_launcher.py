@@ -71,7 +71,7 @@ def test_verl_backend_missing_is_a_clear_error(in_tmp, monkeypatch):
     monkeypatch.setitem(sys.modules, "seal.trainer.verl", None)  # import fails
     conf = str(launcher.REPO_ROOT / "exp" / "quickstart_bfcl.yaml")
     with pytest.raises(SystemExit, match="seal.trainer.verl.run_verl"):
-        launcher.main(["--conf", conf, "--", "trainer.backend=verl"])
+        launcher.main(["--conf", conf, "--", "trainer.backend=verl", "trainer.n_gpus_per_node=1"])
 
 
 def _free_port() -> int:

@@ -102,7 +102,9 @@ def test_half_done_local_run_resumes(in_tmp, dispatched):
 def test_rerunning_a_complete_verl_run_is_read_from_the_tracker(in_tmp, capsys, dispatched):
     (in_tmp / "ck").mkdir()
     (in_tmp / "ck" / "latest_checkpointed_iteration.txt").write_text("2")
-    args = ["--conf", CONF, "--", "trainer.backend=verl", f"trainer.default_local_dir={in_tmp / 'ck'}"]
+    # One GPU: quickstart_bfcl's 1 task x 2 episodes per step cannot be spread over more.
+    args = ["--conf", CONF, "--", "trainer.backend=verl", "trainer.n_gpus_per_node=1",
+            f"trainer.default_local_dir={in_tmp / 'ck'}"]
     assert launcher.main(args) == 0
     assert "already complete (2 of 2 training steps" in capsys.readouterr().err
     assert dispatched == []

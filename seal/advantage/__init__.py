@@ -18,6 +18,8 @@ from seal.advantage.dynamic import update_dynamic_weights
 from seal.advantage.registry import REWEIGHTERS, TAG_WEIGHTS, Reweighter, register_reweighter
 from seal.advantage.weights import APPLY_MODES, APatchConfig, BudgetConfig, DynamicConfig, trajectory_scale
 
+# The reweighters the package registers when its torch module is imported.
+BUILTIN_REWEIGHTERS = ("apatch", "identity")
 _LAZY = {
     "apatch_reweight": "seal.advantage.apatch",
     "apply_scales": "seal.advantage.apatch",
@@ -29,6 +31,7 @@ _LAZY = {
 __all__ = [
     "APPLY_MODES",
     "APatchConfig",
+    "BUILTIN_REWEIGHTERS",
     "BudgetConfig",
     "DynamicConfig",
     "REWEIGHTERS",
@@ -36,6 +39,7 @@ __all__ = [
     "Reweighter",
     "get_reweighter",
     "get_reweighter_spec",
+    "known_reweighters",
     "register_reweighter",
     "trajectory_scale",
     "update_dynamic_weights",
@@ -51,6 +55,12 @@ def get_reweighter_spec(name: str) -> Reweighter:
     if name not in REWEIGHTERS:
         raise KeyError(f"unknown reweighter {name!r}; known: {sorted(REWEIGHTERS)}")
     return REWEIGHTERS[name]
+
+
+def known_reweighters() -> list[str]:
+    """The names of the registered reweighters, the built-ins included (without importing torch,
+    so the config pass can check ``seal.advantage.reweighter`` before anything heavy loads)."""
+    return sorted(set(REWEIGHTERS) | set(BUILTIN_REWEIGHTERS))
 
 
 def get_reweighter(name: str) -> Callable:

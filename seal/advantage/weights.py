@@ -7,11 +7,11 @@ torch-free. The tensor parts of A-Patch live in :mod:`seal.advantage.apatch`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from seal.config_base import ConfigError, allows, check_fields
 from seal_shared.tags import default_tag_weights, excluded_tags, known_tags
 from seal_shared.types import dataclass_from_mapping
 
@@ -21,11 +21,9 @@ APPLY_MODES = ("all", "positive_advantage", "negative_advantage")
 
 
 def _check_scale_range(section: str, min_scale: float, max_scale: float) -> None:
-    if not (math.isfinite(min_scale) and math.isfinite(max_scale)):
-        raise ValueError(f"{section}: min_scale/max_scale must be finite, got {min_scale}, {max_scale}")
-    if min_scale < 0 or min_scale > max_scale:
-        raise ValueError(f"{section}: need 0 <= min_scale <= max_scale, got min_scale={min_scale}, "
-                         f"max_scale={max_scale}")
+    if min_scale > max_scale:
+        raise ConfigError(f"{section}.min_scale={min_scale:g}: expected a number <= "
+                          f"{section}.max_scale={max_scale:g}")
 
 
 @dataclass
@@ -33,19 +31,12 @@ class DynamicConfig:
     """Closed-loop (EMA) update of the tag weights from the capability state."""
 
     enable: bool = True
-    ema_beta: float = 0.25
-    prevalence_alpha: float = 1.0
-    confidence_samples: int = 32
+    ema_beta: float = field(default=0.25, metadata=allows(ge=0, le=1))
+    prevalence_alpha: float = field(default=1.0, metadata=allows(ge=0))
+    confidence_samples: int = field(default=32, metadata=allows(ge=0))
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.ema_beta <= 1.0:
-            raise ValueError(f"seal.advantage.apatch.dynamic.ema_beta must be in [0, 1], got {self.ema_beta}")
-        if self.prevalence_alpha < 0:
-            raise ValueError("seal.advantage.apatch.dynamic.prevalence_alpha must be >= 0, "
-                             f"got {self.prevalence_alpha}")
-        if int(self.confidence_samples) != self.confidence_samples or self.confidence_samples < 0:
-            raise ValueError("seal.advantage.apatch.dynamic.confidence_samples must be a non-negative integer, "
-                             f"got {self.confidence_samples}")
+        check_fields(self, "seal.advantage.apatch.dynamic")
 
 
 @dataclass
@@ -53,18 +44,15 @@ class BudgetConfig:
     """Optional squeeze of the scales toward 1 and renormalisation of their mean (off in SEAL)."""
 
     enable: bool = False
-    min_scale: float = 0.5
-    max_scale: float = 2.0
-    strength: float = 1.0
+    min_scale: float = field(default=0.5, metadata=allows(ge=0))
+    max_scale: float = field(default=2.0, metadata=allows(ge=0))
+    strength: float = field(default=1.0, metadata=allows(ge=0))
     normalize_mean: bool = False
-    target_mean: float = 1.0
+    target_mean: float = field(default=1.0, metadata=allows(ge=0))
 
     def __post_init__(self) -> None:
+        check_fields(self, "seal.advantage.apatch.budget")
         _check_scale_range("seal.advantage.apatch.budget", self.min_scale, self.max_scale)
-        if self.strength < 0:
-            raise ValueError(f"seal.advantage.apatch.budget.strength must be >= 0, got {self.strength}")
-        if self.target_mean < 0:
-            raise ValueError(f"seal.advantage.apatch.budget.target_mean must be >= 0, got {self.target_mean}")
 
 
 def _default_weights() -> dict[str, float]:
@@ -82,27 +70,23 @@ class APatchConfig:
     """
 
     enable: bool = True
-    min_scale: float = 0.5
-    max_scale: float = 2.0
-    apply_to: str = "all"
-    warmup_steps: int = 0
-    metric_prefix: str = "seal/apatch"
-    tag_weights: dict[str, float] = field(default_factory=_default_weights)
+    min_scale: float = field(default=0.5, metadata=allows(ge=0))
+    max_scale: float = field(default=2.0, metadata=allows(ge=0))
+    apply_to: str = field(default="all", metadata=allows(choices=APPLY_MODES))
+    warmup_steps: int = field(default=0, metadata=allows(ge=0))
+    metric_prefix: str = field(default="seal/apatch", metadata=allows(
+        pattern=r".*[^/]", means="a non-empty metric prefix without a trailing '/'"))
+    tag_weights: dict[str, float] = field(default_factory=_default_weights, metadata=allows(ge=0))
     dynamic: DynamicConfig = field(default_factory=DynamicConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
 
     def __post_init__(self) -> None:
-        _check_scale_range("seal.advantage.apatch", self.min_scale, self.max_scale)
-        if self.apply_to not in APPLY_MODES:
-            raise ValueError(f"seal.advantage.apatch.apply_to must be one of {list(APPLY_MODES)}, got {self.apply_to!r}")
-        if int(self.warmup_steps) != self.warmup_steps or self.warmup_steps < 0:
-            raise ValueError(f"seal.advantage.apatch.warmup_steps must be a non-negative integer, got {self.warmup_steps}")
-        if not self.metric_prefix or self.metric_prefix.endswith("/"):
-            raise ValueError("seal.advantage.apatch.metric_prefix must be non-empty without a trailing '/', "
-                             f"got {self.metric_prefix!r}")
         self.dynamic = dataclass_from_mapping(DynamicConfig, self.dynamic, section="seal.advantage.apatch.dynamic")
         self.budget = dataclass_from_mapping(BudgetConfig, self.budget, section="seal.advantage.apatch.budget")
         self.tag_weights = _merge_tag_weights(self.tag_weights)
+        check_fields(self, "seal.advantage.apatch")
+        self.tag_weights = {tag: float(weight) for tag, weight in self.tag_weights.items()}
+        _check_scale_range("seal.advantage.apatch", self.min_scale, self.max_scale)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> APatchConfig:
@@ -115,9 +99,6 @@ def _merge_tag_weights(overrides: Mapping[str, float] | None) -> dict[str, float
     for tag, weight in (overrides or {}).items():
         if str(tag) not in known:
             raise ValueError(f"seal.advantage.apatch.tag_weights: unknown tag {tag!r}; known tags: {sorted(known)}")
-        weight = float(weight)
-        if not math.isfinite(weight) or weight < 0:
-            raise ValueError(f"seal.advantage.apatch.tag_weights.{tag} must be finite and >= 0, got {weight}")
         merged[str(tag)] = weight
     return merged
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from seal.config_base import allows, check_fields
 from seal.diagnosis.state import BUCKETS, CapabilityState
 from seal_shared.types import dataclass_from_mapping
 
@@ -27,20 +28,17 @@ _OBSERVATION_ROLES = frozenset({"user", "tool"})
 class DiagnosisConfig:
     """Settings of the epoch stats and the state's save cadence. ``save_every_n_steps`` is the
     config's ``seal.diagnosis.save_every_n_steps`` (the schema, :mod:`seal.schema`, holds its
-    default and doc; the trainer passes it); the other fields are not config keys."""
+    default and doc and reuses the rule beside it here; the trainer passes it); the other fields
+    are not config keys."""
 
-    save_every_n_steps: int = 0
-    metric_prefix: str = "seal/diagnosis"
-    top_errors: int = 20
-    max_error_chars: int = 200
+    save_every_n_steps: int = field(default=0, metadata=allows(ge=0))
+    metric_prefix: str = field(default="seal/diagnosis", metadata=allows(
+        pattern=r".*[^/]", means="a non-empty metric prefix without a trailing '/'"))
+    top_errors: int = field(default=20, metadata=allows(ge=0))
+    max_error_chars: int = field(default=200, metadata=allows(ge=0))
 
     def __post_init__(self) -> None:
-        for key in ("save_every_n_steps", "top_errors", "max_error_chars"):
-            value = getattr(self, key)
-            if int(value) != value or value < 0:
-                raise ValueError(f"seal.diagnosis.{key} must be a non-negative integer, got {value}")
-        if not self.metric_prefix or self.metric_prefix.endswith("/"):
-            raise ValueError(f"seal.diagnosis.metric_prefix must be non-empty without a trailing '/', got {self.metric_prefix!r}")
+        check_fields(self, "seal.diagnosis")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> DiagnosisConfig:

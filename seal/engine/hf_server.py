@@ -193,6 +193,7 @@ class ServerStats:
     generate_seconds: float = 0.0
     prefill_seconds: float = 0.0  # prefix-reuse engine only: prefill part of generate_seconds
     decode_seconds: float = 0.0  # prefix-reuse engine only: decode part
+    decode_row_steps: int = 0  # prefix-reuse engine only: rows x decode steps computed (finished rows too)
     batch_sizes: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, float]:
@@ -200,6 +201,7 @@ class ServerStats:
         return {"batches": self.batches, "requests": self.requests, "generated_tokens": self.generated_tokens,
                 "generate_seconds": round(self.generate_seconds, 3),
                 "prefill_seconds": round(self.prefill_seconds, 3), "decode_seconds": round(self.decode_seconds, 3),
+                "decode_row_steps": self.decode_row_steps,
                 "mean_batch_size": round(sum(self.batch_sizes) / n, 2),
                 "tokens_per_second": round(self.generated_tokens / max(self.generate_seconds, 1e-9), 2)}
 
@@ -428,6 +430,7 @@ class HFServerManager:
         out = kv_engine.decode(self.model, shape, rows, torch.stack(first), [r.max_tokens for r in batch],
                               choose, logprob_of, stop_ids, self.pad_id, self.shared_prefix_min_tokens)
         self.stats.decode_seconds += time.monotonic() - started
+        self.stats.decode_row_steps += out.steps * len(batch)
         for entry in out.entries:
             store.put(entry)
         return [TokenOutput(token_ids=t, log_probs=lp, stop_reason="completed" if done else "length")

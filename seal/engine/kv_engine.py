@@ -250,6 +250,7 @@ class DecodeResult:
     logprobs: list[list[float]]
     stopped: list[bool]  # True = a stop id ended the row, False = its max_tokens did
     entries: list[Entry]  # per row: context + generated tokens whose key/values were computed
+    steps: int = 0  # decode steps the batch ran (every row is computed at every step)
 
 
 def decode(model: Model, shape: KVShape, rows: list[Entry], first_logits: torch.Tensor, max_tokens: list[int],
@@ -291,8 +292,10 @@ def decode(model: Model, shape: KVShape, rows: list[Entry], first_logits: torch.
                     past_key_values=cache, use_cache=True, **extra)
         logits = out.logits[:, -1].float()
         positions = positions + 1
-    return _split_rows(rows, keys, values, width, torch.stack(out_tokens, 1), torch.stack(out_lp, 1),
-                       max_tokens, stop_ids, computed=len(out_tokens) - 1)
+    result = _split_rows(rows, keys, values, width, torch.stack(out_tokens, 1), torch.stack(out_lp, 1),
+                         max_tokens, stop_ids, computed=len(out_tokens) - 1)
+    result.steps = len(out_tokens)
+    return result
 
 
 def _split_rows(rows: list[Entry], keys: list[torch.Tensor], values: list[torch.Tensor], width: int,

@@ -24,10 +24,10 @@ from pathlib import Path
 import torch
 
 from seal.config_base import ConfigError
+from seal.schema import AUTOCAST_SETTINGS
 
 logger = logging.getLogger(__name__)
 
-AUTOCAST_SETTINGS = ("auto", "bf16", "fp16", "none")
 AUTOCAST_DTYPES: dict[str, torch.dtype | None] = {"bf16": torch.bfloat16, "fp16": torch.float16, "none": None}
 # x86 feature flags (as /proc/cpuinfo spells them) of native bf16 arithmetic.
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -85,7 +85,7 @@ def resolve_autocast(setting: str, device: torch.device | str, *, cpuinfo_text: 
                      capability: str | None = None, onednn_bf16: bool | None = None) -> AutocastChoice:
     """``seal.local.autocast`` resolved for ``device``; ``auto`` follows the module docstring."""
     if setting not in AUTOCAST_SETTINGS:
-        raise ConfigError(f"seal.local.autocast={setting!r}: choose one of {list(AUTOCAST_SETTINGS)}")
+        raise ConfigError(f"seal.local.autocast={setting}: expected one of {', '.join(AUTOCAST_SETTINGS)}")
     if setting != "auto":
         return AutocastChoice(setting, "set explicitly")
     device = torch.device(device)

@@ -9,11 +9,11 @@ turns weighted). Every knob is used as given; an explicit 0 means 0.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from seal.config_base import allows, check_fields
 from seal.episode import EpisodeResult, Evaluation
 from seal_shared.types import dataclass_from_mapping
 
@@ -24,24 +24,16 @@ REWARD_MODES = ("binary", "capped", "progress")
 class RewardConfig:
     """``seal.reward``. Defaults: binary reward; the dense knobs hold the release's defaults."""
 
-    mode: str = "binary"
-    partial_credit_cap: float = 0.7
-    partial_credit_weight: float = 1.0
+    mode: str = field(default="binary", metadata=allows(choices=REWARD_MODES))
+    partial_credit_cap: float = field(default=0.7, metadata=allows(ge=0, le=1))
+    partial_credit_weight: float = field(default=1.0, metadata=allows(ge=0))
     cap_decay: bool = False
-    min_cap: float = 0.0
-    irrelevance_weight: float = 0.5
+    min_cap: float = field(default=0.0, metadata=allows(ge=0, le=1))
+    irrelevance_weight: float = field(default=0.5, metadata=allows(ge=0))
     scorable_floor: bool = False
 
     def __post_init__(self) -> None:
-        if self.mode not in REWARD_MODES:
-            raise ValueError(f"seal.reward.mode must be one of {list(REWARD_MODES)}, got {self.mode!r}")
-        for key in ("partial_credit_cap", "partial_credit_weight", "min_cap", "irrelevance_weight"):
-            value = getattr(self, key)
-            if not math.isfinite(value) or value < 0:
-                raise ValueError(f"seal.reward.{key} must be a finite number >= 0, got {value}")
-        for key in ("partial_credit_cap", "min_cap"):
-            if getattr(self, key) > 1:
-                raise ValueError(f"seal.reward.{key} must be in [0, 1], got {getattr(self, key)}")
+        check_fields(self, "seal.reward")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> RewardConfig:

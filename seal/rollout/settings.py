@@ -5,21 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from seal.config_base import select
+from seal.config_base import check_fields, select
 from seal.schema import RolloutKeys, setting
 
 # Release defaults (the SEAL recipe) for configs that lack a key, e.g. a bare verl config.
 _DEFAULT_PROMPT_LENGTH = 12288
 _DEFAULT_RESPONSE_LENGTH = 4096
-EPISODE_BUDGETS = ("context", "response")
 
 
-def _positive_int(value: Any, key: str, *, allow_none: bool = False) -> int | None:
-    if value is None and allow_none:
-        return None
+def _positive_int(value: Any, key: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{key}={value!r}: expected an integer >= 1{' or null' if allow_none else ''}")
-    return value
+        raise ValueError(f"{key}={value!r}: expected an integer >= 1")
 
 
 @dataclass(frozen=True)
@@ -33,22 +29,14 @@ class RolloutSettings(RolloutKeys):
     max_model_len: int = _DEFAULT_PROMPT_LENGTH + _DEFAULT_RESPONSE_LENGTH
 
     def __post_init__(self) -> None:
-        if self.episode_budget not in EPISODE_BUDGETS:
-            raise ValueError(f"seal.rollout.episode_budget={self.episode_budget!r}: choose one of {list(EPISODE_BUDGETS)}")
-        if self.max_model_len <= self.response_length:
-            raise ValueError(f"actor_rollout_ref.rollout.max_model_len={self.max_model_len} must exceed "
-                             f"response_length={self.response_length} (the release's context cap is their difference)")
-        _positive_int(self.max_llm_calls, "seal.rollout.max_llm_calls")
-        _positive_int(self.max_llm_calls_per_turn, "seal.rollout.max_llm_calls_per_turn", allow_none=True)
-        _positive_int(self.max_env_tokens, "seal.rollout.max_env_tokens")
-        _positive_int(self.max_tokens_per_call, "seal.rollout.max_tokens_per_call", allow_none=True)
         _positive_int(self.prompt_length, "actor_rollout_ref.rollout.prompt_length")
         _positive_int(self.response_length, "actor_rollout_ref.rollout.response_length")
         _positive_int(self.max_model_len, "actor_rollout_ref.rollout.max_model_len")
-        if isinstance(self.env_retries, bool) or not isinstance(self.env_retries, int) or self.env_retries < 0:
-            raise ValueError(f"seal.rollout.env_retries={self.env_retries!r}: expected an integer >= 0")
-        if not isinstance(self.few_shot, bool):
-            raise ValueError(f"seal.rollout.few_shot={self.few_shot!r}: expected true or false")
+        if self.max_model_len <= self.response_length:
+            raise ValueError(f"actor_rollout_ref.rollout.max_model_len={self.max_model_len}: expected an "
+                             f"integer > actor_rollout_ref.rollout.response_length={self.response_length} "
+                             "(the release's context cap is their difference)")
+        check_fields(self, "seal.rollout")
 
     @property
     def per_call_tokens(self) -> int:

@@ -58,18 +58,16 @@ class BestCheckpointSettings:
         def get(key: str) -> Any:
             return setting({"trainer": t}, f"trainer.{key}")
 
-        mode = str(get("best_checkpoint_mode")).lower()
-        if mode not in ("max", "min"):
-            raise ConfigError(f"trainer.best_checkpoint_mode={mode}: choose max or min")
+        mode = str(get("best_checkpoint_mode"))  # max or min: the schema's rule, checked by the config pass
         enabled = bool(get("save_best_checkpoint"))
         # As the release: a validation-only run saves no best checkpoint unless asked to.
         if bool(t.get("val_only", False)) and not bool(get("save_best_checkpoint_in_val_only")):
             enabled = False
         if enabled and t.get("max_actor_ckpt_to_keep"):
             raise ConfigError(
-                "trainer.max_actor_ckpt_to_keep is set together with trainer.save_best_checkpoint: its pruning does "
-                "not know the best step and may delete it; use trainer.keep_only_best_checkpoint=true instead "
-                "(keeps the best and the latest) and set trainer.max_actor_ckpt_to_keep=null")
+                f"trainer.max_actor_ckpt_to_keep={t.max_actor_ckpt_to_keep}: expected null with "
+                "trainer.save_best_checkpoint=true (its pruning does not know the best step and may delete it; "
+                "trainer.keep_only_best_checkpoint=true keeps the best and the latest)")
         metric = get("best_checkpoint_metric")
         return cls(enabled=enabled, keep_only_best=bool(get("keep_only_best_checkpoint")),
                    metric=str(metric) if metric else None, mode=mode)

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from seal.config_base import REPO_ROOT, ConfigError, to_plain
+from seal.config_base import REPO_ROOT, ConfigError, check_fields, to_plain
 from seal.schema import WarmStartKeys
 
 
@@ -18,13 +17,7 @@ class WarmStartSettings(WarmStartKeys):
     """The block ``seal.warm_start``; its fields, defaults and docs are the schema's :class:`WarmStartKeys`."""
 
     def __post_init__(self) -> None:
-        for key in ("epochs", "batch_size"):
-            if int(getattr(self, key)) < 1:
-                raise ConfigError(f"seal.warm_start.{key} must be >= 1, got {getattr(self, key)}")
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise ConfigError(f"seal.warm_start.lr must be a positive number, got {self.lr}")
-        if self.max_tasks is not None and int(self.max_tasks) < 1:
-            raise ConfigError(f"seal.warm_start.max_tasks must be >= 1 or null, got {self.max_tasks}")
+        check_fields(self, "seal.warm_start")
 
     @classmethod
     def from_config(cls, cfg: Any) -> WarmStartSettings:

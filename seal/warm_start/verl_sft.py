@@ -24,6 +24,7 @@ from seal.warm_start.transcripts import Transcript
 logger = logging.getLogger(__name__)
 
 SFT_MODULE = "verl.trainer.sft_trainer"
+CPU_SFT_MODULE = "seal.warm_start.cpu_sft"
 
 
 def conversation(t: Transcript) -> list[dict[str, str]]:
@@ -88,9 +89,18 @@ def _attention_overrides() -> list[str]:
 
 def sft_command(cfg: Any, overrides: Sequence[str]) -> list[str]:
     """``torchrun`` on one node with one process per GPU (multi-node warm starts: run verl's
-    trainer with these overrides under your cluster's launcher)."""
+    trainer with these overrides under your cluster's launcher). Where the verl backend runs on
+    the CPU platform (:func:`seal.trainer.verl.main.runs_on_cpu`), verl's trainer runs through
+    :mod:`seal.warm_start.cpu_sft` on gloo."""
+    from seal.trainer.verl.main import runs_on_cpu
+
+    module, extra = SFT_MODULE, []
+    if runs_on_cpu(cfg):
+        from seal.warm_start.cpu_sft import CPU_OVERRIDES
+
+        module, extra = CPU_SFT_MODULE, list(CPU_OVERRIDES)
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-            f"--nproc_per_node={int(cfg.trainer.n_gpus_per_node)}", "-m", SFT_MODULE, *overrides]
+            f"--nproc_per_node={int(cfg.trainer.n_gpus_per_node)}", "-m", module, *overrides, *extra]
 
 
 def newest_hf_export(work_dir: Path) -> Path:

@@ -72,7 +72,7 @@ def test_an_unknown_environment_names_the_plugin_route() -> None:
     assert out.returncode != 0 and line.startswith("python -m env_service: unknown environment 'home'"), line
     assert "seal.plugins" in line and "--plugin" in line
     assert "home" not in known_environments()
-    with pytest.raises(ConfigError, match=r"env_service.env='home': unknown environment .*fix: .*seal.plugins"):
+    with pytest.raises(ConfigError, match=r"env_service.env=home: unknown environment .*fix: .*seal.plugins"):
         compose_config(CONF, ["seal.plugins=[]"])
 
 

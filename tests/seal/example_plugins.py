@@ -4,11 +4,12 @@ a failure tag (``missed_tool``) and a reweighter (``failure_boost``) with its ow
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from seal.advantage import register_reweighter
+from seal.config_base import allows, check_fields
 from seal_shared.tags import TagDefinition, TurnEvidence, register_tag
 from seal_shared.types import PaperLabel
 
@@ -35,13 +36,12 @@ register_tag(TagDefinition(
 class FailureBoostConfig:
     """Settings of ``failure_boost`` (block ``seal.advantage.failure_boost``)."""
 
-    factor: float = 2.0
+    factor: float = field(default=2.0, metadata=allows(ge=0))
     tag: str = "missed_tool"
-    ramp_steps: int = 0  # reach ``factor`` over this many boosted steps (0: at once)
+    ramp_steps: int = field(default=0, metadata=allows(ge=0))  # reach ``factor`` over this many boosted steps
 
     def __post_init__(self) -> None:
-        if self.factor < 0:
-            raise ValueError(f"seal.advantage.failure_boost.factor must be >= 0, got {self.factor}")
+        check_fields(self, "seal.advantage.failure_boost")
 
 
 def ramp_boost(cfg: FailureBoostConfig, step: int, capability, saved):

@@ -33,7 +33,7 @@ def test_defaults_without_a_block_and_errors_name_the_key(plugins, tmp_path) -> 
     assert out.item() == -2.0  # FailureBoostConfig.factor's default
     with pytest.raises(ConfigError, match=r"seal.advantage.failure_boost: unknown key\(s\) \['factr'\]"):
         compose_config(SEAL_YAML, [*PLUGIN, "+seal.advantage.failure_boost.factr=3.0"], check=False)
-    with pytest.raises(ConfigError, match="factor must be >= 0"):
+    with pytest.raises(ConfigError, match=r"^seal.advantage.failure_boost.factor=-1.0: expected a number >= 0$"):
         compose_config(SEAL_YAML, [*PLUGIN, "+seal.advantage.failure_boost.factor=-1.0"], check=False)
 
 

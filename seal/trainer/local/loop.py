@@ -110,9 +110,7 @@ class LocalTrainer:
     # ------------------------------------------------------------------ setup helpers
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
-        o = self.actor.optim
-        if str(o.get("optimizer", "AdamW")) != "AdamW":
-            raise ConfigError(f"actor_rollout_ref.actor.optim.optimizer={o.optimizer}: the local trainer uses AdamW")
+        o = self.actor.optim  # AdamW: the config pass's rule for the local trainer (seal.config_values)
         return torch.optim.AdamW(self.model.parameters(), lr=float(o.lr), betas=tuple(float(b) for b in o.betas),
                                  weight_decay=float(o.weight_decay))
 
@@ -205,14 +203,15 @@ class LocalTrainer:
             # 5. A-Patch: dynamic tag weights from the state, then per-episode scales.
             adv, apatch_metrics = self.coevolution.reweight(adv, [list(e.tags) for e in kept], step=step)
             metrics.update(apatch_metrics)
-            # 6. PPO-clip + low_var_kl update, grad clip, AdamW.
+            # 6. PPO-clip + low_var_kl update, grad clip, AdamW. The clip is the optimizer's
+            # clip_grad, the key verl's FSDP engine reads (it does not read actor.grad_clip).
             logger.info("step %d: updating on %d episodes (%d tokens)", step, len(kept),
                         sum(len(e.prompt_ids) + len(e.response_ids) for e in kept))
             metrics.update(policy_update(
                 self.model, self.ref_model, self.optimizer, batch, adv, self.loss_settings,
                 device=self.device, autocast=self.autocast,
                 mini_batch_rows=int(self.actor.ppo_mini_batch_size) * n, ppo_epochs=int(self.actor.ppo_epochs),
-                grad_clip=float(self.actor.grad_clip)))
+                grad_clip=float(self.actor.optim.clip_grad), shared_prefix=self.local.shared_prefix_training))
         else:
             logger.warning("step %d: no episode left to train on (%d excluded, %d lone survivors); the update "
                            "is skipped", step, selection.excluded, selection.lone_survivors)
@@ -234,7 +233,7 @@ class LocalTrainer:
         logger.info("validation at step %d: %d episodes in %.1f s", step, len(episodes), time.time() - t0)
         write_validation_log(self.exp_dir / "validation_log", step, episodes, self.sampling_params(train=False),
                              split="val", tokenizer=self.tokenizer)
-        return validation_metrics(episodes)
+        return validation_metrics(episodes) | {"timing/validation_s": time.time() - t0}
 
     # ------------------------------------------------------------------ checkpoints and the loop
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
+from seal.trainer.local import prefix
 from seal.trainer.local.episodes import Episode
 from seal.trainer.local.policy import (LossSettings, autocast_context, response_logprobs, same_weights,
                                       sequence_loss)
@@ -57,16 +60,67 @@ def _minibatches(n_rows: int, size: int) -> list[list[int]]:
     return [list(range(i, min(i + size, n_rows))) for i in range(0, n_rows, size)]
 
 
-@torch.no_grad()
-def _logprobs_nograd(model: torch.nn.Module, batch: Batch, rows: Sequence[int], device: torch.device,
-                     autocast: str) -> dict[int, torch.Tensor]:
-    """``row -> (R,)`` response log-probs of ``rows`` under ``model``, no graph."""
-    out = {}
-    with autocast_context(device, autocast):
-        for i in rows:
-            e = batch.episodes[i]
-            out[i] = response_logprobs(model, e.prompt_ids, e.response_ids, device).float().cpu()
-    return out
+# A group's common prefix shorter than this is not worth a forward of its own.
+MIN_SHARED_PREFIX_TOKENS = 16
+
+
+class RowForwards:
+    """The update's forward passes over a batch's rows.
+
+    ``shared_prefix``: the rows of a GRPO group run on their common prompt computed once, logits
+    only where a log-prob is read (:mod:`seal.trainer.local.prefix`; exact up to fp32 rounding).
+    Otherwise, and while gradient checkpointing (which drops the cache) is on, each row is one
+    full sequence (:func:`~seal.trainer.local.policy.response_logprobs`)."""
+
+    def __init__(self, batch: Batch, *, shared_prefix: bool, device: torch.device, autocast: str) -> None:
+        self.batch, self.shared_prefix, self.device, self.autocast = batch, shared_prefix, device, autocast
+        self.rows = [prefix.Row.of(e.prompt_ids, e.response_ids, batch.mask[i].tolist())
+                     for i, e in enumerate(batch.episodes)]
+        self._warned = False
+
+    def groups(self, model: torch.nn.Module, indices: Sequence[int]) -> list[prefix.Group] | None:
+        """The shared-prefix plan of ``indices``; ``None``: one full sequence per row."""
+        if not self.shared_prefix:
+            return None
+        if not prefix.supports_prefix(model):
+            if not self._warned:
+                logger.warning("seal.local.shared_prefix_training: gradient checkpointing drops the cache the "
+                               "shared prefix needs; each row runs as its own sequence")
+                self._warned = True
+            return None
+        return prefix.plan_groups(self.rows, self.batch.uids, indices, MIN_SHARED_PREFIX_TOKENS)
+
+    @torch.no_grad()
+    def logprobs(self, model: torch.nn.Module, indices: Sequence[int]) -> dict[int, torch.Tensor]:
+        """``row -> (R,)`` response log-probs of ``indices`` under ``model``, no graph."""
+        groups = self.groups(model, indices)
+        out: dict[int, torch.Tensor] = {}
+        with self._autocast():
+            if groups is None:
+                for i in indices:
+                    e = self.batch.episodes[i]
+                    out[i] = response_logprobs(model, e.prompt_ids, e.response_ids, self.device).float().cpu()
+                return out
+            for group in groups:
+                out.update(prefix.group_logprobs(model, self.rows, group, self.device))
+        return out
+
+    def backward(self, model: torch.nn.Module, indices: Sequence[int],
+                 row_loss: Callable[[int, torch.Tensor], torch.Tensor]) -> None:
+        """Accumulate the gradient of ``sum(row_loss(i, logp_i))`` over ``indices``."""
+        groups = self.groups(model, indices)
+        if groups is not None:
+            for group in groups:
+                prefix.backward_group(model, self.rows, group, self.device, row_loss, self._autocast)
+            return
+        for i in indices:
+            e = self.batch.episodes[i]
+            with self._autocast():
+                logp = response_logprobs(model, e.prompt_ids, e.response_ids, self.device).float()
+            row_loss(i, logp).backward()
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        return autocast_context(self.device, self.autocast)
 
 
 def rows_with_signal(advantages: torch.Tensor, mask: torch.Tensor, settings: LossSettings) -> list[bool]:
@@ -93,19 +147,24 @@ def kl_gradient_is_zero(model: torch.nn.Module, ref_model: torch.nn.Module | Non
     return False, "the policy differs from the reference"
 
 
-# Metrics that are counts, not per-sequence means.
-_COUNTS = ("actor/skipped_updates", "actor/skipped_rows")
+# Loss metrics that are each sequence's share of its mini-batch's loss (the aggregation divides by
+# the whole mini-batch's tokens or sequences): a mini-batch reports their sum, as verl's worker sums
+# them over its micro-batches. The other loss metrics are means over the mini-batch's sequences.
+_SHARES = ("actor/pg_loss", "actor/kl_loss")
 
 
 def policy_update(model: torch.nn.Module, ref_model: torch.nn.Module | None, optimizer: torch.optim.Optimizer,
                   batch: Batch, advantages: torch.Tensor, settings: LossSettings, *, device: torch.device,
-                  autocast: str, mini_batch_rows: int, ppo_epochs: int, grad_clip: float) -> dict[str, float]:
-    """PPO-clip updates on ``batch`` with ``advantages`` ``(B, T)``; returns ``actor/...`` metrics.
+                  autocast: str, mini_batch_rows: int, ppo_epochs: int, grad_clip: float,
+                  shared_prefix: bool = True) -> dict[str, float]:
+    """PPO-clip updates on ``batch`` with ``advantages`` ``(B, T)``; returns ``actor/...`` metrics
+    and ``timing/ref_s`` (the reference and old-policy log-prob passes).
 
-    One sequence per micro-batch (no padding; gradients accumulate). With a single update per
-    step the old policy *is* the current one, so its log-probs are the detached current ones;
-    otherwise they are computed once, before the first update. An update whose gradient norm is
-    not finite is skipped, as verl does.
+    No padding: each GRPO group's rows run on their shared prompt computed once
+    (``shared_prefix``, :class:`RowForwards`), or each row is its own sequence; gradients
+    accumulate. With a single update per step the old policy *is* the current one, so its
+    log-probs are the detached current ones; otherwise they are computed once, before the first
+    update. An update whose gradient norm is not finite is skipped, as verl does.
 
     Rows that cannot change the weights are left out of forward and backward: a zero advantage
     everywhere (:func:`rows_with_signal`) while the KL term has no gradient
@@ -114,71 +173,88 @@ def policy_update(model: torch.nn.Module, ref_model: torch.nn.Module | None, opt
     so the gradient is exactly the full batch's. A mini-batch with no row left does no optimizer
     step (``actor/skipped_updates``): weights and AdamW state (moments, step count) stay as they
     are; the local trainer has no LR scheduler (constant LR, the paper's recipe).
+
+    The loss metrics are verl's: each mini-batch's (:func:`_train_minibatch`), averaged over the
+    mini-batches that trained, so ``actor/pg_loss`` is the loss the optimizer stepped on.
     """
     n_rows = len(batch.episodes)
+    mini_batch_rows = max(1, mini_batch_rows)
     minibatches = _minibatches(n_rows, mini_batch_rows)
     single = ppo_epochs * len(minibatches) == 1
     signal = rows_with_signal(advantages, batch.mask, settings)
     droppable, why = kl_gradient_is_zero(model, ref_model, settings) if not all(signal) else (False, "")
+    forwards = RowForwards(batch, shared_prefix=shared_prefix, device=device, autocast=autocast)
+    t_ref = time.perf_counter()
     # Old log-probs only enter through the ratio, which multiplies the advantage.
-    old = {} if single else _logprobs_nograd(model, batch, [i for i in range(n_rows) if signal[i]], device, autocast)
+    old = {} if single else forwards.logprobs(model, [i for i in range(n_rows) if signal[i]])
+    ref_seconds = time.perf_counter() - t_ref
     use_ref = settings.use_kl_loss and ref_model is not None
     ref: dict[int, torch.Tensor] = {}
     model.train()
-    sums: Counter[str] = Counter()
+    counts: Counter[str] = Counter()
+    trained: list[dict[str, float]] = []  # one entry per mini-batch that ran forward/backward
     for _ in range(ppo_epochs):
         for rows in minibatches:
             train_rows = [i for i in rows if signal[i] or not droppable]
-            sums["actor/skipped_rows"] += len(rows) - len(train_rows)
+            counts["actor/skipped_rows"] += len(rows) - len(train_rows)
             if not train_rows:
-                sums["actor/skipped_updates"] += 1
+                counts["actor/skipped_updates"] += 1
                 continue
             if use_ref:  # the reference is frozen: its log-probs can be taken when first needed
-                ref.update(_logprobs_nograd(ref_model, batch, [i for i in train_rows if i not in ref], device,
-                                            autocast))
-            stepped = _train_minibatch(model, optimizer, batch, advantages, settings, rows, train_rows, old, ref,
-                                       sums, device=device, autocast=autocast, grad_clip=grad_clip)
+                t_ref = time.perf_counter()
+                ref.update(forwards.logprobs(ref_model, [i for i in train_rows if i not in ref]))
+                ref_seconds += time.perf_counter() - t_ref
+            stepped, metrics = _train_minibatch(model, optimizer, forwards, advantages, settings, rows, train_rows,
+                                                old, ref, mini_batch_rows=mini_batch_rows, grad_clip=grad_clip)
+            trained.append(metrics)
             if stepped and use_ref:
                 droppable = False  # the policy has left the reference: the KL term has a gradient now
-    if sums["actor/skipped_updates"] == ppo_epochs * len(minibatches):
+    if counts["actor/skipped_updates"] == ppo_epochs * len(minibatches):
         logger.warning("update skipped: all %d episodes have advantage 0 and no other loss term (%s); no "
                        "forward/backward, no optimizer step", n_rows, why)
-    count = sums.pop("_sequences", 0)
-    out = {k: v / max(count, 1) for k, v in sums.items() if k not in _COUNTS}
-    out.update({k: float(sums[k]) for k in _COUNTS})
+    # The mean over mini-batches, as verl's fit() reduces its worker's per-mini-batch metrics.
+    out = {k: sum(m[k] for m in trained) / len(trained) for k in (trained[0] if trained else {})}
+    out.update({k: float(counts[k]) for k in ("actor/skipped_updates", "actor/skipped_rows")})
     out["actor/num_updates"] = float(ppo_epochs * len(minibatches))
     out["actor/response_tokens"] = float(batch.mask.sum().item())
+    out["timing/ref_s"] = ref_seconds
     return out
 
 
-
-def _train_minibatch(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: Batch,
+def _train_minibatch(model: torch.nn.Module, optimizer: torch.optim.Optimizer, forwards: RowForwards,
                      advantages: torch.Tensor, settings: LossSettings, rows: list[int], train_rows: list[int],
-                     old: dict[int, torch.Tensor], ref: dict[int, torch.Tensor], sums: Counter[str], *,
-                     device: torch.device, autocast: str, grad_clip: float) -> bool:
+                     old: dict[int, torch.Tensor], ref: dict[int, torch.Tensor], *, mini_batch_rows: int,
+                     grad_clip: float) -> tuple[bool, dict[str, float]]:
     """Forward/backward over ``train_rows`` of the mini-batch ``rows``, then one optimizer step.
 
-    The aggregation's token count and batch size are the whole mini-batch's (the rows left out
-    contribute exactly 0). Adds to ``sums``; returns whether the optimizer stepped."""
+    The aggregation's token count is the whole mini-batch's (the rows left out contribute
+    exactly 0). Its sequence count (the seq-mean modes' denominator) is the configured
+    ``mini_batch_rows``, verl's ``ppo_mini_batch_size x n``: verl divides by it with the episodes
+    the step rules left out still in the mini-batch as zero-mask rows. Returns whether the
+    optimizer stepped, and the mini-batch's metrics as verl's worker reports one: its loss, KL
+    loss and total loss (sums of the sequences' shares), its gradient norm before clipping, the
+    other loss metrics' means over sequences."""
+    batch, device = forwards.batch, forwards.device
     ntok = int(batch.mask[rows].sum().item())
     optimizer.zero_grad(set_to_none=True)
     loss_total = 0.0
-    for i in train_rows:
-        e = batch.episodes[i]
-        r = len(e.response_ids)
-        with autocast_context(device, autocast):
-            logp = response_logprobs(model, e.prompt_ids, e.response_ids, device).float()
+    per_sequence: list[dict[str, float]] = []
+
+    def row_loss(i: int, logp: torch.Tensor) -> torch.Tensor:
+        nonlocal loss_total
+        r = logp.shape[0]
         old_i = old[i].to(device) if i in old else logp.detach()
         ref_i = ref[i].to(device).unsqueeze(0) if i in ref else None
         loss, m = sequence_loss(
             logp.unsqueeze(0), old_i.unsqueeze(0), ref_i, advantages[i : i + 1, :r].to(device),
             batch.mask[i : i + 1, :r].to(device), settings, batch_num_tokens=max(ntok, 1),
-            global_batch_size=len(rows),
+            global_batch_size=mini_batch_rows,
         )
-        loss.backward()
         loss_total += float(loss.detach())
-        sums.update(m)
-        sums["_sequences"] += 1
+        per_sequence.append(m)
+        return loss
+
+    forwards.backward(model, train_rows, row_loss)
     grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip))
     stepped = math.isfinite(grad_norm)
     if stepped:
@@ -186,6 +262,7 @@ def _train_minibatch(model: torch.nn.Module, optimizer: torch.optim.Optimizer, b
     else:
         logger.warning("non-finite gradient norm; update skipped")
     optimizer.zero_grad(set_to_none=True)
-    sums["actor/grad_norm"] += grad_norm * len(train_rows)
-    sums["actor/loss"] += loss_total * len(train_rows)
-    return stepped
+    metrics = {k: sum(m[k] for m in per_sequence) / (1 if k in _SHARES else len(per_sequence))
+               for k in per_sequence[0]}
+    metrics.update({"actor/loss": loss_total, "actor/grad_norm": grad_norm})
+    return stepped, metrics

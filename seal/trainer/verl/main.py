@@ -25,6 +25,7 @@ import ray
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from seal.config_base import REPO_ROOT, ConfigError
+from seal.trainer import RunStopped
 from verl.trainer.main_ppo_v0 import BaseTaskRunner
 
 logger = logging.getLogger(__name__)
@@ -157,26 +158,53 @@ def run_verl(cfg: DictConfig, *, exp_dir: Path) -> None:
     if cfg.trainer.backend != "verl":
         raise ConfigError(f"trainer.backend={cfg.trainer.backend!r}: run_verl needs trainer.backend=verl")
     check_verl_config(cfg)  # fail on the driver, before Ray and the GPU workers start
-    _check_accelerators(cfg)
+    on_cpu = runs_on_cpu(cfg)
     _check_hub_models(cfg)
     exp_dir = Path(exp_dir).resolve()
     prepared = prepare_config(cfg, exp_dir=exp_dir)
+    if on_cpu:
+        from seal.trainer.verl.cpu import adapt_to_cpu, use_cpu_platform_here
+
+        adapt_to_cpu(prepared)
+        use_cpu_platform_here()
     auto_set_device(prepared)
     exp_dir.mkdir(parents=True, exist_ok=True)
     logger.info("verl backend: %d node(s) x %d GPU(s), experiment folder %s", prepared.trainer.nnodes,
                 prepared.trainer.n_gpus_per_node, exp_dir)
-    run_ppo(prepared, task_runner_class=_RunnerFactory(str(exp_dir)))
+    try:
+        run_ppo(prepared, task_runner_class=_RunnerFactory(str(exp_dir)))
+    except ray.exceptions.RayError as exc:
+        raise RunStopped(stopped_line(exc, prepared)) from exc
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
 
 
-def _check_accelerators(cfg: DictConfig) -> None:
-    """A local Ray cluster (no ``ray_kwargs.ray_init.address``, no ``RAY_ADDRESS``) runs on this
-    machine's accelerators: without any, verl's workers would fail deep inside NCCL."""
-    from verl.utils.device import is_device_available
+def stopped_line(exc: BaseException, cfg: DictConfig) -> str:
+    """One line for a run that a Ray failure stopped (a worker killed or out of memory, an actor
+    that raised): the root cause's first line and where a resume continues from."""
+    cause: BaseException = exc
+    while isinstance(cause, ray.exceptions.RayTaskError) and cause.cause is not None:
+        cause = cause.cause
+    lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
+    # A RayTaskError's text opens with the failing actor's call; the error follows it.
+    first = next((line for line in lines if not line.startswith(("ray::", "\x1b"))), lines[0] if lines else "")
+    tracker = Path(str(cfg.trainer.default_local_dir)) / "latest_checkpointed_iteration.txt"
+    resume = (f"continue from checkpoint step {tracker.read_text().strip()} with trainer.resume_mode=auto"
+              if tracker.is_file() else "no checkpoint was written yet")
+    return f"the verl run stopped: {type(cause).__name__}: {first[:300]} ({resume})"
 
+
+def runs_on_cpu(cfg: DictConfig) -> bool:
+    """Whether verl runs on this machine's CPU (:mod:`seal.trainer.verl.cpu`): ``trainer.device=cpu``,
+    or a local Ray cluster (no ``ray_kwargs.ray_init.address``, no ``RAY_ADDRESS``) on a machine
+    without an accelerator. Joining a cluster keeps verl's own device choice."""
+    import torch
+
+    if str(cfg.trainer.get("device") or "").lower() == "cpu":
+        return True
     joins_cluster = OmegaConf.select(cfg, "ray_kwargs.ray_init.address") or os.environ.get("RAY_ADDRESS")
-    if not joins_cluster and not is_device_available():
-        raise ConfigError("trainer.backend=verl needs GPUs and this machine has none; use trainer.backend=local, "
-                          "or join a GPU cluster with ray_kwargs.ray_init.address=<address>")
+    return not joins_cluster and not torch.cuda.is_available()
 
 
 def _check_hub_models(cfg: DictConfig) -> None:
@@ -262,6 +290,26 @@ class SealTaskRunner(BaseTaskRunner):
     def __init__(self, exp_dir: str) -> None:
         super().__init__()
         self.exp_dir = Path(exp_dir)
+
+    def add_actor_rollout_worker(self, config: DictConfig) -> tuple[type, type]:
+        """verl's worker roles; on the CPU platform the hybrid worker is the gloo one."""
+        actor_rollout_cls, ray_worker_group_cls = super().add_actor_rollout_worker(config)
+        from seal.trainer.verl import cpu
+
+        if cpu.platform_selected():
+            actor_rollout_cls = cpu.CpuActorRolloutRefWorker
+            for role in list(self.role_worker_mapping):
+                self.role_worker_mapping[role] = ray.remote(actor_rollout_cls)
+        return actor_rollout_cls, ray_worker_group_cls
+
+    def init_resource_pool_mgr(self, config: DictConfig) -> Any:
+        manager = super().init_resource_pool_mgr(config)
+        from seal.trainer.verl import cpu
+
+        if cpu.platform_selected():
+            return cpu.resource_pool_manager_class()(resource_pool_spec=manager.resource_pool_spec,
+                                                     mapping=manager.mapping)
+        return manager
 
     def run(self, config: DictConfig) -> None:
         trainer = build_trainer(self, config, self.exp_dir)

@@ -19,10 +19,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, open_dict
 
 from seal.advantage.grpo import SEAL_GRPO
 from seal.config_base import ConfigError
+from seal.config_values import check_verl_backend
 from seal.eval.logs import ValidationLogWriter
 from seal.trainer.best_checkpoint import BestCheckpointKeeper, BestCheckpointSettings
 from seal.trainer.coevolution import CoEvolution
@@ -31,7 +32,6 @@ from seal.trainer.verl.batch import select_rows
 from seal.trainer.verl.validation import RECORD_KEY, validation_records
 from verl import DataProto
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
-from verl.trainer.ppo.utils import need_reference_policy
 
 logger = logging.getLogger(__name__)
 
@@ -39,20 +39,9 @@ SEAL_CKPT_DIR = "seal"
 
 
 def check_verl_config(config: DictConfig) -> None:
-    """Reject verl settings under which the SEAL hook would not run every step."""
-    if int(config.trainer.critic_warmup) > 0:
-        raise ConfigError(
-            f"trainer.critic_warmup={config.trainer.critic_warmup}: verl skips the actor update (and with it "
-            "SEAL's observe/A-Patch hook) during critic warm-up; set trainer.critic_warmup=0")
-    if config.trainer.get("use_v1", False):
-        raise ConfigError("trainer.use_v1=true: the SEAL verl backend extends the RayPPOTrainer (v0) loop; "
-                          "set trainer.use_v1=false")
-    bypass = bool(OmegaConf.select(config, "algorithm.rollout_correction.bypass_mode", default=False))
-    if bypass and not need_reference_policy(config):
-        raise ConfigError(
-            "algorithm.rollout_correction.bypass_mode=true without a reference policy: no SEAL hook runs before "
-            "the GRPO advantages, so excluded episodes would enter the group baselines; set "
-            "algorithm.rollout_correction.bypass_mode=false or actor_rollout_ref.actor.use_kl_loss=true")
+    """Reject verl settings under which the SEAL hook would not run every step (the config pass's
+    rule, :func:`seal.config_values.check_verl_backend`, checked again where the trainer starts)."""
+    check_verl_backend(config)
 
 
 def use_seal_grpo(config: DictConfig) -> None:

@@ -71,7 +71,7 @@ def test_explicit_settings_win(text: str) -> None:
 
 
 def test_unknown_setting_names_the_key() -> None:
-    with pytest.raises(ConfigError, match=r"seal\.local\.autocast='fp8'"):
+    with pytest.raises(ConfigError, match=r"seal\.local\.autocast=fp8: expected one of auto, bf16, fp16, none"):
         precision.resolve_autocast("fp8", "cpu")
 
 

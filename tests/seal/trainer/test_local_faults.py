@@ -80,7 +80,7 @@ def test_service_stopped_mid_run(tmp_path, tokenizer, make_model, trainer_config
     cfg = trainer_config("faults", [
         f"env_service.url={url}", f"seal.tasks.train_ids=[{TASK},{TASK}]", f"seal.tasks.val_ids=[{TASK}]",
         "seal.rollout.max_llm_calls=2", "seal.rollout.max_tokens_per_call=8", "seal.rollout.few_shot=false",
-        "env_service.timeout_s=5.0", "data.train_batch_size=1",
+        "env_service.timeout_s=5.0", "data.train_batch_size=1", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
     ])
     trainer = LocalTrainer(cfg, tmp_path / "faults", model=make_model(), tokenizer=tokenizer)
     try:

@@ -16,6 +16,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from seal.episode import EpisodeResult
 from seal.trainer.local.episodes import Episode
 from seal.trainer.local.policy import LossSettings, frozen_copy, response_logprobs, sequence_loss
+from seal.trainer.local import update
 from seal.trainer.local.update import build_batch, kl_gradient_is_zero, policy_update, rows_with_signal
 
 CPU = torch.device("cpu")
@@ -191,3 +192,36 @@ def test_mixed_batch_trains_only_signal_rows_with_the_full_batch_gradient(kl: bo
     for key, grad in expected.items():
         assert torch.allclose(optimizer.grads[key], grad, rtol=1e-5, atol=1e-9)
     assert any(g.abs().sum() > 0 for g in expected.values())
+
+
+def test_loss_metrics_are_per_mini_batch_as_verl_reports_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each mini-batch reports its loss (its sequences' shares summed: the loss it stepped on) and
+    its gradient norm; the update reports their means over mini-batches, as verl's ``fit()``
+    reduces its worker's per-mini-batch metrics. A seq-mean divides by the configured mini-batch
+    size (verl's ``ppo_mini_batch_size x n``), however many of its rows are trained."""
+    model = tiny_policy()
+    ref = frozen_copy(tiny_policy(seed=1))  # a KL term with a value
+    batch = build_batch(episodes([1.0, 0.0, 0.0, 1.0, 1.0]))
+    adv = advantages_for(batch, [0.7, -0.7, -0.7, 0.7, 0.0])
+    calls, norms = [], []
+    loss_fn, clip = update.sequence_loss, torch.nn.utils.clip_grad_norm_
+
+    def recording_loss(*args, **kwargs):
+        loss, metrics = loss_fn(*args, **kwargs)
+        calls.append((kwargs["global_batch_size"], metrics))
+        return loss, metrics
+
+    monkeypatch.setattr(update, "sequence_loss", recording_loss)
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda *a, **k: norms.append(clip(*a, **k)) or norms[-1])
+    metrics = run_update(model, ref, torch.optim.AdamW(model.parameters(), lr=1e-3), batch, adv, settings(kl=True),
+                         mini_batch_rows=3)  # mini-batches of rows 0-2 and 3-4
+
+    assert [size for size, _ in calls] == [3] * 5
+    shares = [m for _, m in calls]
+    for key in ("actor/pg_loss", "actor/kl_loss"):
+        per_mini_batch = [sum(m[key] for m in shares[:3]), sum(m[key] for m in shares[3:])]
+        assert metrics[key] == pytest.approx(sum(per_mini_batch) / 2, rel=1e-12)
+    clipfrac = [sum(m["actor/pg_clipfrac"] for m in shares[:3]) / 3, sum(m["actor/pg_clipfrac"] for m in shares[3:]) / 2]
+    assert metrics["actor/pg_clipfrac"] == pytest.approx(sum(clipfrac) / 2, rel=1e-12)
+    assert metrics["actor/grad_norm"] == pytest.approx(sum(float(n) for n in norms) / 2, rel=1e-12)
+    assert metrics["actor/kl_loss"] > 0 and len(norms) == 2

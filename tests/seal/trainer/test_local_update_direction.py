@@ -87,7 +87,7 @@ def test_one_local_update_follows_the_advantage_sign(sabotage: str | None, train
     before = response_logprobs_of(model, batch)
     metrics = policy_update(model, ref, optimizer, batch, advantages, settings, device=CPU, autocast="none",
                             mini_batch_rows=len(batch.episodes), ppo_epochs=1,
-                            grad_clip=float(actor.grad_clip))
+                            grad_clip=float(actor.optim.clip_grad))
     after = response_logprobs_of(model, batch)
 
     assert metrics["actor/skipped_updates"] == 0.0 and "actor/kl_loss" in metrics

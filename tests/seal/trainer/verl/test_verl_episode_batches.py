@@ -67,7 +67,9 @@ def seal_config(*extra: str) -> Any:
         "data.max_response_length=2048", "actor_rollout_ref.rollout.max_model_len=8192",
         "seal.rollout.env_retries=0", "trainer.logger=[console]", "trainer.val_before_train=false",
         "trainer.test_freq=-1", "trainer.save_freq=-1", "trainer.resume_mode=disable",
-        f"data.train_batch_size={len(TASKS)}", *extra])
+        # One process, and the whole step one mini-batch (verl's batch arithmetic, checked by the config pass).
+        f"data.train_batch_size={len(TASKS)}", f"actor_rollout_ref.actor.ppo_mini_batch_size={len(TASKS)}",
+        "trainer.n_gpus_per_node=1", *extra])
 
 
 class _FirstInstanceFails:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -66,18 +67,57 @@ def test_run_verl_rejects_settings_that_skip_the_hook(tmp_path, override, fragme
         run_verl(compose_config("exp/SEAL.yaml", [override]), exp_dir=tmp_path)
 
 
-def test_run_verl_without_gpus_names_the_local_backend(tmp_path, monkeypatch):
+@pytest.fixture
+def platform_restored(monkeypatch):
+    """run_verl on a machine without CUDA switches this process to the CPU platform: undone after."""
+    from verl.plugin.platform import platform_manager
+
+    monkeypatch.setattr(platform_manager, "_current_platform", platform_manager._current_platform)
+    monkeypatch.setenv("VERL_PLATFORM", os.environ.get("VERL_PLATFORM", ""))
+
+
+def test_run_verl_without_gpus_runs_verl_on_the_cpu_platform(tmp_path, monkeypatch, caplog, platform_restored):
+    """No accelerator and a local cluster: the recipe is adapted to the CPU platform (one log line)
+    and handed to verl's run_ppo, instead of refused."""
+    import torch
+    import verl.trainer.main_ppo
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    started = []
+    monkeypatch.setattr(verl.trainer.main_ppo, "run_ppo", lambda cfg, **k: started.append(cfg))
+    with caplog.at_level(logging.INFO, logger="seal.trainer.verl.cpu"):
+        run_verl(compose_config("exp/SEAL.yaml", ["actor_rollout_ref.model.path=models/SmolLM2-135M-Instruct"]),
+                 exp_dir=tmp_path)
+    (cfg,) = started
+    assert cfg.trainer.device == "cpu" and cfg.actor_rollout_ref.rollout.name == "seal_cpu"
+    assert cfg.actor_rollout_ref.actor.strategy == "fsdp2" and not cfg.actor_rollout_ref.ref.fsdp_config.forward_only
+    env = cfg.ray_kwargs.ray_init.runtime_env.env_vars
+    assert env.VERL_PLATFORM == "cpu" and "seal.trainer.verl.cpu_rollout" in env.VERL_USE_EXTERNAL_MODULES
+    assert [r.message for r in caplog.records if "CPU platform" in r.message][0].count("\n") == 0
+
+
+def test_run_verl_with_a_gpu_keeps_the_recipe(tmp_path, monkeypatch, platform_restored):
+    import torch
+    import verl.trainer.main_ppo
     import verl.utils.device
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.setattr(verl.utils.device, "is_device_available", lambda: False)
-    with pytest.raises(ConfigError, match="trainer.backend=local"):
-        run_verl(compose_config("exp/SEAL.yaml"), exp_dir=tmp_path)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(verl.utils.device, "auto_set_device", lambda cfg: None)
+    started = []
+    monkeypatch.setattr(verl.trainer.main_ppo, "run_ppo", lambda cfg, **k: started.append(cfg))
+    run_verl(compose_config("exp/SEAL.yaml", ["actor_rollout_ref.model.path=models/SmolLM2-135M-Instruct"]),
+             exp_dir=tmp_path)
+    (cfg,) = started
+    assert cfg.actor_rollout_ref.rollout.name == "vllm" and cfg.actor_rollout_ref.actor.strategy == "fsdp"
+    assert "VERL_PLATFORM" not in cfg.ray_kwargs.ray_init.runtime_env.env_vars
 
 
-def test_run_verl_checks_a_hub_model_before_ray_starts(tmp_path, monkeypatch):
+def test_run_verl_checks_a_hub_model_before_ray_starts(tmp_path, monkeypatch, platform_restored):
     """On a local cluster an unreachable hub id fails on the driver; joining a cluster leaves the
     question to the workers, whose cache and network the driver does not share."""
+    import torch
     import verl.trainer.main_ppo
     import verl.utils.device
 
@@ -90,7 +130,7 @@ def test_run_verl_checks_a_hub_model_before_ray_starts(tmp_path, monkeypatch):
         raise ConfigError(f"{key}={repo_id}: not in the local hub cache and the hub is unreachable")
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.setattr(verl.utils.device, "is_device_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(seal.config_check, "check_hub_model", unreachable)
     started = []
     monkeypatch.setattr(verl.trainer.main_ppo, "run_ppo", lambda *a, **k: started.append(a))

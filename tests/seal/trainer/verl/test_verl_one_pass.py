@@ -78,8 +78,10 @@ def test_the_trainer_module_registers_the_estimator_on_import():
 
 
 def test_bypass_mode_without_a_reference_policy_is_refused():
-    cfg = compose_config("exp/SEAL.yaml", ["algorithm.rollout_correction.bypass_mode=true",
-                                           "actor_rollout_ref.actor.use_kl_loss=false"])
-    with pytest.raises(ConfigError, match="bypass_mode=false or actor_rollout_ref.actor.use_kl_loss=true"):
-        check_verl_config(cfg)
+    overrides = ["algorithm.rollout_correction.bypass_mode=true", "actor_rollout_ref.actor.use_kl_loss=false"]
+    fix = "bypass_mode=false or actor_rollout_ref.actor.use_kl_loss=true"
+    with pytest.raises(ConfigError, match=fix):
+        compose_config("exp/SEAL.yaml", overrides)  # the config pass
+    with pytest.raises(ConfigError, match=fix):  # and again where the trainer starts
+        check_verl_config(compose_config("exp/SEAL.yaml", overrides, check=False))
     check_verl_config(compose_config("exp/SEAL.yaml", ["algorithm.rollout_correction.bypass_mode=true"]))
