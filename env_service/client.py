@@ -39,10 +39,9 @@ from pydantic import BaseModel, ValidationError
 
 from env_service import schemas
 from env_service.host import OpError, one_line, validation_summary
+from seal_shared import DEFAULT_TIMEOUT_S  # per request; also the config's env_service.timeout_s default
 
 T = TypeVar("T")
-# Per-request timeout (seconds); also the default of the experiment config's env_service.timeout_s.
-DEFAULT_TIMEOUT_S = 60.0
 
 
 class EnvError(Exception):

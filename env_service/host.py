@@ -70,7 +70,8 @@ def validation_summary(err: ValidationError) -> str:
 
 
 class Episode(Protocol):
-    """What the host needs from an episode (``env_service.bfcl.episode.BfclEpisode`` provides it)."""
+    """What the host needs from an episode (``env_service.kit.ToolEpisode`` provides it): ``step`` answers
+    an object with ``observation``, ``terminated`` and ``info`` (``env_service.kit.StepOutcome``)."""
 
     def reset(self) -> list[dict]: ...
 
@@ -143,11 +144,8 @@ class EpisodeHost:
     def _step(self, instance_id: str, payload: dict) -> tuple[str, bool, float, dict]:
         episode = self._get(instance_id)
         outcome = episode.step(payload["content"])
-        # The release scores a finished episode inside /step (sparse BFCL accuracy, 0 before the end);
-        # the BFCL episode does it itself (``StepOutcome.reward``), other episodes are asked here.
-        reward = getattr(outcome, "reward", None)
-        if reward is None:
-            reward = score_of(episode.evaluate(True)) if outcome.terminated else 0.0
+        # The release scores a finished episode inside /step (sparse accuracy, 0 before the end).
+        reward = score_of(episode.evaluate(True)) if outcome.terminated else 0.0
         return outcome.observation, bool(outcome.terminated), float(reward), dict(outcome.info or {})
 
     def _evaluate(self, instance_id: str, payload: dict) -> float | dict:
@@ -176,26 +174,6 @@ _OPS: dict[str, Callable[[EpisodeHost, str, dict], Any]] = {
     "drop": EpisodeHost._drop,
     "count": EpisodeHost._count,
 }
-
-
-def make_bfcl_episode(task_id: str, params: dict) -> Episode:
-    """Build a BFCL episode from the process's task store (loaded once per process)."""
-    from env_service.bfcl.episode import BfclEpisode, EpisodeParams
-    from env_service.bfcl.tasks import default_store
-
-    try:
-        task = default_store().get(task_id)
-    except KeyError:
-        raise OpError("not_found", f"task {task_id!r} not found (the service serves the BFCL multi-turn ids)") from None
-    return BfclEpisode(task, EpisodeParams.model_validate(params))
-
-
-def bfcl_host() -> EpisodeHost:
-    """The default host: BFCL episodes; the task store is loaded now, not on the first request."""
-    from env_service.bfcl.tasks import default_store
-
-    default_store()
-    return EpisodeHost(make_bfcl_episode)
 
 
 def load_host_factory(path: str) -> Callable[[], EpisodeHost]:

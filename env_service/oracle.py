@@ -20,9 +20,9 @@ import inspect
 import json
 from typing import Any
 
-from env_service.bfcl.executor import backend_class, parse_call
-from env_service.bfcl.parsers import resolve_mode
-from env_service.bfcl.prompts import call_to_string
+from env_service.bfcl.executor import backend_class
+from env_service.kit.calls import call_to_string, parse_call
+from env_service.kit.parsers import resolve_mode
 
 ORACLE_REPLY = "Done."
 

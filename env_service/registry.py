@@ -15,7 +15,7 @@ calls :func:`env_service.kit.register_tool_environment`, which fills every field
 * ``check_params`` (optional): validates a params block (raises ``ValueError`` naming the key), so
   a config with a misspelt key fails before anything starts;
 * ``interface_blocks``: the interface-evolution blocks its episodes apply (``observation_lite``,
-  ``tool_feedback_evolution``, ``diagnostic_evolution``; :mod:`seal.interface.blocks`). A config
+  ``tool_feedback_evolution``, ``diagnostic_evolution``; :mod:`seal_shared.interface.blocks`). A config
   or a ``/create`` that turns on any other block is refused with one line instead of being a
   silent no-op; the default, none, suits an environment without interface evolution.
 
@@ -79,7 +79,7 @@ class Environment:
     interface_blocks: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        from seal.interface.blocks import check_block_names
+        from seal_shared.interface.blocks import check_block_names
 
         if not self.name.isidentifier():
             raise ValueError(f"environment name {self.name!r} must be an identifier (it is a config key)")

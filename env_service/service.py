@@ -23,12 +23,11 @@ from env_service import schemas
 from env_service.host import EpisodeHost, OpError, score_of
 from env_service.pool import InlineBackend, WorkerPool
 from env_service.registry import DEFAULT_ENVIRONMENT, get_environment
-from seal.interface.blocks import enabled_blocks, unhonoured_message
-from seal.plugins import load_plugins
+from seal_shared.interface.blocks import enabled_blocks, unhonoured_message
+from seal_shared.plugins import load_plugins
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_HOST_FACTORY = "env_service.host:bfcl_host"  # the default environment's (bfcl) host
 _GONE_MEMORY = 20_000  # how many released/reaped/lost ids we remember, for clearer 404/503 messages
 
 
@@ -262,7 +261,7 @@ class EnvService:
 
     def _check_honoured(self, params: dict) -> None:
         """An interface block turned on that the served environment does not honour is refused (400),
-        not silently ignored (:mod:`seal.interface.blocks`)."""
+        not silently ignored (:mod:`seal_shared.interface.blocks`)."""
         env = get_environment(self.config.env)
         for block in enabled_blocks(params):
             if block not in env.interface_blocks:

@@ -35,7 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from env_service.bfcl.tasks import default_store  # noqa: E402
 from env_service.client import EnvClient, EnvError  # noqa: E402
-from env_service.host import bfcl_host, score_of  # noqa: E402
+from env_service.host import score_of  # noqa: E402
+from env_service.kit import episode_host  # noqa: E402
 from env_service.oracle import oracle_for_task  # noqa: E402
 
 
@@ -60,7 +61,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def run_floor(plan: list[tuple[str, list[str]]], params: dict) -> dict:
     """The same operations on an in-process host: no HTTP, no IPC, one process."""
-    host = bfcl_host()
+    host = episode_host("bfcl")
     steps: list[tuple[float, bool]] = []
     passed = 0
     cpu0 = time.process_time()

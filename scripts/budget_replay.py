@@ -54,10 +54,10 @@ def replay(cfg: Any, tokenizer: Any, client: Any, task_ids: list[str], mode: str
 def tool_call_parser(cfg: Any, mode: str) -> str:
     """The ``tool_call_parser`` a BFCL episode of ``cfg`` in rollout ``mode`` parses calls with
     (an explicit key, else the one its ``tool_prompt_mode`` pairs with)."""
-    from env_service.bfcl.episode import EpisodeParams
+    from env_service.bfcl.episode import BfclParams
     from seal.environment import episode_params
 
-    return str(EpisodeParams.model_validate(episode_params(cfg, mode, None)).tool_call_parser)
+    return str(BfclParams.model_validate(episode_params(cfg, mode, None)).tool_call_parser)
 
 
 class OracleChatPolicy:
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"budget_replay: {err}", file=sys.stderr)
         return 2
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    ids = default_store().ids(args.category)[: args.limit]
+    ids = default_store().ids(category=args.category)[: args.limit]
     if not ids:
         print(f"budget_replay: no task in category {args.category!r}", file=sys.stderr)
         return 2

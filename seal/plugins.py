@@ -1,17 +1,17 @@
-"""Research plug-ins: modules that register failure tags, reweighters or environments on import.
+"""A run's research plug-ins: modules that register failure tags, reweighters or environments on import.
 
-``seal.plugins`` lists them by module name; the config check and the trainers' co-evolution step import them before
-anything reads the registries. The environment service imports the same modules with ``--plugin``
-in every process; the service the launcher starts gets each one, and the folders they came from
-on its ``PYTHONPATH`` (:func:`child_environment`). A run records its plug-ins' code beside
-``git_commit.txt`` (:func:`plugin_record`): each module's file hash and its repository's commit.
+``seal.plugins`` lists them by module name; the config check and the trainers' co-evolution step import them
+(:func:`load_plugins`, shared with the environment service) before anything reads the registries. The
+environment service imports the same modules with ``--plugin`` in every process; the service the launcher
+starts gets each one, and the folders they came from on its ``PYTHONPATH`` (:func:`child_environment`). A
+run records its plug-ins' code beside ``git_commit.txt`` (:func:`plugin_record`): each module's file hash
+and its repository's commit.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib
-import logging
 import os
 import subprocess
 import sys
@@ -19,18 +19,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-logger = logging.getLogger(__name__)
+from seal_shared.plugins import load_plugins
 
-
-def load_plugins(modules: Iterable[str]) -> None:
-    """Import each module of ``modules`` (importing one twice is a no-op, as for any import)."""
-    for name in modules:
-        try:
-            importlib.import_module(str(name))
-        except ImportError as exc:
-            raise ValueError(f"seal.plugins: cannot import {name!r} ({exc}); list importable module names, "
-                             "e.g. a module of your package or one on PYTHONPATH") from exc
-        logger.debug("plug-in module %s imported", name)
+__all__ = ["child_environment", "import_root", "load_plugins", "plugin_record"]
 
 
 def _module_file(name: str) -> Path | None:

@@ -20,13 +20,13 @@ from typing import Any, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 
-from env_service.client import DEFAULT_TIMEOUT_S
 from env_service.registry import DEFAULT_ENVIRONMENT
 from seal.advantage.weights import APatchConfig
 from seal.config_base import BASE_YAML, FieldSpec, Rule, field_specs, select
 from seal.diagnosis.stats import DiagnosisConfig
 from seal.rewards import RewardConfig
 from seal.types import FailureTag
+from seal_shared import DEFAULT_TIMEOUT_S
 
 SCHEMA_NAME = "seal_schema"
 _Block = TypeVar("_Block")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from env_service.bfcl.episode import BfclEpisode, EpisodeParams
-from env_service.bfcl.tasks import TaskStore
+from env_service.bfcl.episode import BfclEpisode, BfclParams
+from env_service.bfcl.tasks import load_store
 from seal.config import EXP_DIR, compose_config
 from seal.config_check import check_config
 
@@ -44,8 +44,8 @@ def test_row_is_its_parent_on_the_toolace_backbone(row):
 def test_composed_episode_params_give_the_toolace_interface():
     cfg = compose_config(EXP_DIR / "backbones/toolace.yaml")
     check_config(cfg)  # the project's own validation of keys, types and files
-    params = EpisodeParams.model_validate(OmegaConf.to_container(cfg.env_service.bfcl, resolve=True))
+    params = BfclParams.model_validate(OmegaConf.to_container(cfg.env_service.bfcl, resolve=True))
     assert (params.tool_call_parser, params.observation_role) == ("python_list", "ipython")
-    system, user = BfclEpisode(TaskStore.load().get("multi_turn_base_0"), {**params.model_dump(), "rollout_mode": "validate"}).reset()
+    system, user = BfclEpisode(load_store().get("multi_turn_base_0"), {**params.model_dump(), "rollout_mode": "validate"}).reset()
     assert "[func_name1(param_name1=param_value1" in system["content"] and "<tool_call>" not in system["content"]
     assert "[required]" not in system["content"]  # validation: the untouched interface

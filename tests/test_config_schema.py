@@ -95,8 +95,8 @@ def test_a_misspelt_key_is_found():
 
 def _schema_leaf_names() -> set[str]:
     """Leaf names of the schema's keys and of the guideline thresholds of a ``diagnostic_evolution``
-    block (:class:`~seal.interface.guidelines.GuidelineConfig` is that block's schema)."""
-    from seal.interface.guidelines import GuidelineConfig
+    block (:class:`~seal_shared.interface.guidelines.GuidelineConfig` is that block's schema)."""
+    from seal_shared.interface.guidelines import GuidelineConfig
 
     guideline = {f.name for f in dataclasses.fields(GuidelineConfig)} | {"category_tags"}
     return ({key.rsplit(".", 1)[-1] for key, _, _ in schema.entries()} | guideline) - {"enable"}
@@ -149,9 +149,9 @@ def test_the_rule_catches_a_restated_default():
 
 def test_settings_classes_default_to_the_schema():
     from seal.diagnosis.stats import DiagnosisConfig
-    from seal.interface.guidelines import GuidelineConfig
     from seal.rollout.settings import RolloutSettings
     from seal.warm_start.settings import WarmStartSettings
+    from seal_shared.interface.guidelines import GuidelineConfig
 
     for cls, prefix in ((RolloutSettings, "seal.rollout"), (WarmStartSettings, "seal.warm_start"),
                         (DiagnosisConfig, "seal.diagnosis")):

@@ -165,9 +165,9 @@ def tool_call_parser(cfg: Any, mode: str) -> str:
 
     if environment_name(cfg) != "bfcl":
         return "xml_json"
-    from env_service.bfcl.episode import EpisodeParams
+    from env_service.bfcl.episode import BfclParams
 
-    return str(EpisodeParams.model_validate(episode_params(cfg, mode, None)).tool_call_parser)
+    return str(BfclParams.model_validate(episode_params(cfg, mode, None)).tool_call_parser)
 
 
 _MESSAGES: dict[tuple[str, str, str], list[str]] = {}
@@ -338,7 +338,7 @@ def task_ids(cfg: Any, split: str, tokenizer: str) -> list[str]:
     from seal.trainer.tasks import select_task_ids
 
     if split == "warm_start":
-        from seal.warm_start.settings import warm_start_task_ids
+        from seal.trainer.tasks import warm_start_task_ids
 
         return list(warm_start_task_ids(cfg))
     if whole_split(cfg, split):

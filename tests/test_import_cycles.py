@@ -1,10 +1,17 @@
-"""No import cycles: the package import graph of ``seal`` and ``env_service`` is acyclic.
+"""No import cycles: neither between the modules of ``seal``, ``seal_shared`` and ``env_service`` nor
+between their packages.
 
 Every import counts, top level or deferred inside a function (a deferred import hides a circle
 from Python but not from a reader). Each import is resolved to the deepest module of the project
 it names (``from seal.tags import FailureTag`` -> ``seal.tags``; ``from seal import tags`` ->
 ``seal.tags``); the implicit import of a parent package is not an edge, so a package's
 ``__init__`` may re-export its modules as long as they never import it back.
+
+Packages depend one way too: with every module replaced by its package at one depth (depth 1:
+``seal``, ``env_service``; depth 2: ``seal.trainer``, ``seal.warm_start``, ``env_service.kit``, ...; a
+module directly inside a package stays itself), the graph must still be acyclic, so no package
+needs another that needs it back through different modules. A package's ``__main__`` is left out:
+an entry point that nothing imports cannot tie two packages together.
 """
 
 from __future__ import annotations
@@ -12,7 +19,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("seal", "seal_shared", "env_service")
 
 
 def _module_name(path: Path, root: Path) -> str:
@@ -21,7 +31,7 @@ def _module_name(path: Path, root: Path) -> str:
 
 
 def _import_graph(root: Path = ROOT) -> dict[str, set[str]]:
-    files = {_module_name(p, root): p for top in ("seal", "env_service") for p in (root / top).rglob("*.py")}
+    files = {_module_name(p, root): p for top in PACKAGES for p in (root / top).rglob("*.py")}
 
     def resolve(name: str) -> str | None:
         while name and name not in files:
@@ -62,9 +72,29 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_the_package_import_graph_has_no_cycle() -> None:
+def package_graph(graph: dict[str, set[str]], depth: int) -> dict[str, set[str]]:
+    """``graph`` with each module replaced by the first ``depth`` parts of its name (its package at that
+    depth), without self-edges and without ``__main__`` modules."""
+    def package(module: str) -> str:
+        return ".".join(module.split(".")[:depth])
+
+    out: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        if module.rpartition(".")[2] == "__main__":
+            continue
+        out.setdefault(package(module), set()).update(package(t) for t in targets if package(t) != package(module))
+    return out
+
+
+def test_the_module_import_graph_has_no_cycle() -> None:
     cycle = find_cycle(_import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_packages_depend_one_way(depth: int) -> None:
+    cycle = find_cycle(package_graph(_import_graph(), depth))
+    assert cycle is None, f"package cycle at depth {depth}: " + " -> ".join(cycle or [])
 
 
 def test_a_two_module_circle_is_found(tmp_path: Path) -> None:
@@ -85,3 +115,19 @@ def test_a_package_reexporting_its_modules_is_no_cycle(tmp_path: Path) -> None:
     (pkg / "a.py").write_text("import json\n")
     (tmp_path / "env_service").mkdir()
     assert find_cycle(_import_graph(tmp_path)) is None
+
+
+def test_two_packages_that_import_each_other_through_other_modules_are_a_cycle(tmp_path: Path) -> None:
+    for package, source in (("seal", "from env_service.client import x\n"), ("env_service", "import seal.tags\n")):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "seal" / "tags.py").write_text("")
+    (tmp_path / "seal" / "cli.py").write_text("from env_service.client import x\n")
+    (tmp_path / "env_service" / "client.py").write_text("x = 1\n")
+    (tmp_path / "env_service" / "kit.py").write_text("import seal.tags\n")
+    graph = _import_graph(tmp_path)
+    assert find_cycle(graph) is None  # no module cycle ...
+    assert set(find_cycle(package_graph(graph, 1)) or []) == {"seal", "env_service"}  # ... but a package one
+    (tmp_path / "env_service" / "__main__.py").write_text("import seal.tags\n")
+    (tmp_path / "env_service" / "kit.py").write_text("")
+    assert find_cycle(package_graph(_import_graph(tmp_path), 1)) is None  # an entry point ties nothing

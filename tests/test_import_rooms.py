@@ -7,7 +7,10 @@
 * the pure core (tags, diagnosis, reweighting, interface evolution, rewards) imports no trainer,
   runner, evaluation or environment-service code, and diagnosis and reweighting do not import
   each other (the dynamic weights take tag statistics as input);
-* the environment service imports only the core of ``seal``.
+* what the trainer and the environments share (``seal_shared``: tags, interface evolution, plug-in
+  loading) imports neither of them, and the environment service imports nothing of ``seal``;
+* the environment kit and the service's host know no environment: BFCL and ``notes`` are built on
+  the kit, never the reverse.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CORE = ("seal.types", "seal.tags", "seal.diagnosis", "seal.advantage", "seal.interface", "seal.rewards")
+CORE = ("seal_shared", "seal.diagnosis", "seal.advantage", "seal.interface", "seal.rewards")
 FORBIDDEN = [
     ("seal.trainer.local", ("seal.trainer.verl",)),
     ("seal.trainer.verl", ("seal.trainer.local",)),
@@ -27,7 +30,10 @@ FORBIDDEN = [
     *[(core, ("seal.trainer", "seal.rollout", "seal.eval", "seal.cli", "env_service")) for core in CORE],
     ("seal.diagnosis", ("seal.advantage",)),
     ("seal.advantage", ("seal.diagnosis",)),
-    ("env_service", ("seal.trainer", "seal.rollout", "seal.eval", "seal.cli", "seal.config")),
+    ("seal_shared", ("seal", "env_service")),
+    ("env_service", ("seal",)),
+    ("env_service.kit", ("env_service.bfcl", "env_service.notes")),
+    ("env_service.host", ("env_service.bfcl", "env_service.notes")),
 ]
 
 
@@ -55,11 +61,12 @@ def _shared_trainer_module(name: str) -> bool:
     return _inside(name, "seal.trainer") and not any(_inside(name, f"seal.trainer.{b}") for b in ("local", "verl"))
 
 
-GRAPH = {_module_name(p): _imports(p) for top in ("seal", "env_service") for p in (ROOT / top).rglob("*.py")}
+GRAPH = {_module_name(p): _imports(p) for top in ("seal", "seal_shared", "env_service") for p in (ROOT / top).rglob("*.py")}
 
 
 def test_the_graph_was_read() -> None:
     assert any(_inside(i, "seal.advantage") for i in GRAPH["seal.trainer.coevolution"])
+    assert any(_inside(i, "seal_shared.tags") for i in GRAPH["env_service.kit.evaluation"])
     assert any(_inside(i, "seal.rollout") for i in GRAPH["seal.trainer.local.loop"])
 
 

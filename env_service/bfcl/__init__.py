@@ -1,9 +1,10 @@
-"""The BFCL multi-turn environment, without HTTP.
+"""The BFCL multi-turn environment, on the environment kit (:mod:`env_service.kit`), without HTTP.
 
-Modules: ``tasks`` (the task store and splits), ``executor`` (safe per-episode backends),
-``checker`` (BFCL's verdict plus per-turn failure tags), ``parsers`` (assistant text
-to tool calls), ``prompts`` (system prompt and observation text), ``episode`` (the protocol).
-The names below are re-exported lazily, so importing this package costs nothing until used.
+Modules: ``tasks`` (the tasks as kit tasks, their store and SEAL's splits), ``executor`` (safe
+per-episode backends), ``limits`` (what keeps one call cheap), ``checker`` (BFCL's verdict plus
+per-turn failure tags), ``episode`` (the kit's protocol with BFCL's world, parsing, check and hooks),
+``plugin`` (the registration as ``bfcl``). The names below are re-exported lazily, so importing this
+package costs nothing until used.
 """
 
 from __future__ import annotations
@@ -12,13 +13,11 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "Task": "tasks", "TaskStore": "tasks", "default_store": "tasks", "load_split": "tasks",
+    "BfclTask": "tasks", "default_store": "tasks", "load_store": "tasks", "load_split": "tasks",
     "CATEGORIES": "tasks",
-    "Executor": "executor", "parse_call": "executor", "ParsedCall": "executor",
-    "check_episode": "checker", "EpisodeCheck": "checker",
-    "parse_tool_calls": "parsers", "ParseResult": "parsers", "ToolCall": "parsers",
-    "render_system_prompt": "prompts", "render_tool_responses": "prompts",
-    "BfclEpisode": "episode", "EpisodeParams": "episode", "StepOutcome": "episode",
+    "Executor": "executor",
+    "check_episode": "checker", "check_turns": "checker", "EpisodeCheck": "checker",
+    "BfclEpisode": "episode", "BfclParams": "episode", "BfclWorld": "episode",
 }
 
 __all__ = sorted(_EXPORTS)

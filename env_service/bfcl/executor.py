@@ -7,8 +7,8 @@ error strings) without either:
 * Instances: BFCL's 8 multi-turn classes, created as BFCL creates them (``cls()``, then
   ``_load_scenario(deepcopy(initial_config.get(name, {})), long_context=...)`` unless the class
   is stateless), owned by one :class:`Executor` and reachable from nowhere else.
-* Calls are parsed with :mod:`ast`: exactly one call of a bare, public name, with literal
-  arguments only (``ast.literal_eval`` on each argument node; negative numbers allowed). The
+* Calls are parsed by the kit's call parser (:func:`env_service.kit.calls.parse_call`: exactly one
+  call of a bare, public name, with literal arguments only; negative numbers allowed). The
   method is looked up in this executor's table (public methods of its instances) and called with
   the parsed positional and keyword values, so Python itself maps positional arguments to
   parameters and raises the same ``TypeError`` text BFCL's ``eval`` would. Nothing is ever
@@ -32,28 +32,29 @@ error strings) without either:
 
 from __future__ import annotations
 
-import ast
 import copy
 import importlib
 import inspect
 import json
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPING, STATELESS_CLASSES
 
 from env_service.bfcl.limits import CallTimeout, argument_problem, has_argument_checks, time_budget
+from env_service.kit.calls import DEFAULT_MAX_CALL_CHARS, DEFAULT_MAX_INT_ABS, ERROR_PREFIX, CallParseError, parse_call
 
 MULTI_TURN_CLASSES: tuple[str, ...] = (
     "GorillaFileSystem", "MathAPI", "MessageAPI", "TwitterAPI",
     "TicketAPI", "TradingBot", "TravelAPI", "VehicleControlAPI",
 )
 BLOCKED_NAMES: frozenset[str] = frozenset({"kill", "exit", "quit", "remove", "unlink", "popen", "Popen", "run"})
-ERROR_PREFIX = "Error during execution: "
 DEFAULT_CALL_TIMEOUT_S = 2.0
-DEFAULT_MAX_CALL_CHARS = 32_768
-DEFAULT_MAX_INT_ABS = 2**53  # the JSON-safe integer range; no ground-truth literal comes close
+# Refusals: calls the executor refuses before any backend method runs. BFCL's runner returns a step's
+# instances only when the step executed, so a turn whose every call was refused has none to compare
+# (``instance_mismatch``). A method that raised or ran out of time did execute.
+REFUSED_KINDS = frozenset({"parse", "blocked", "unknown", "limit"})
 
 # (class, method) pairs that touch module-level state; see the module docstring.
 _SHARED_STATE_METHODS: frozenset[tuple[str, str]] = frozenset({
@@ -62,88 +63,12 @@ _SHARED_STATE_METHODS: frozenset[tuple[str, str]] = frozenset({
 })
 _SHARED_STATE_LOCK = threading.Lock()
 
-_LITERAL_NODES = (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Load, ast.USub, ast.UAdd)
-
-
-class CallParseError(ValueError):
-    """A call string is not a single literal-argument call of a bare public name."""
-
-
-@dataclass(frozen=True)
-class ParsedCall:
-    """A parsed call: ``name(*args, **kwargs)`` with literal values only."""
-
-    name: str
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
-    def bind(self, func: Any) -> dict[str, Any]:
-        """Map positional arguments to parameter names as Python would (``inspect.signature().bind``)."""
-        bound = inspect.signature(func).bind(*self.args, **self.kwargs)
-        return dict(bound.arguments)
-
-
 @dataclass(frozen=True)
 class CallResult:
     """One executed call: the BFCL result string and, on failure, what kind of failure it was."""
 
     text: str
     error: str | None = None  # None | "parse" | "blocked" | "unknown" | "limit" | "timeout" | "exception"
-
-
-def _check_literal(node: ast.AST, max_int_abs: int) -> None:
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.UnaryOp):
-            if not isinstance(sub.op, (ast.USub, ast.UAdd)) or not isinstance(sub.operand, ast.Constant) \
-                    or type(sub.operand.value) not in (int, float):
-                raise CallParseError("only literal arguments are allowed (a sign may precede a number only)")
-            continue
-        if not isinstance(sub, _LITERAL_NODES):
-            raise CallParseError(f"only literal arguments are allowed, found {type(sub).__name__}")
-        if isinstance(sub, ast.Constant) and type(sub.value) is int and abs(sub.value) > max_int_abs:
-            raise CallParseError(f"integer literal too large (limit {max_int_abs})")
-
-
-def parse_call(text: str, *, max_call_chars: int = DEFAULT_MAX_CALL_CHARS,
-               max_int_abs: int = DEFAULT_MAX_INT_ABS) -> ParsedCall:
-    """Parse one call string such as ``"cd(folder='docs')"`` or ``"sort('a.txt')"``.
-
-    Raises :class:`CallParseError` unless the text is exactly one call of a bare name that does
-    not start with an underscore, whose arguments (positional or keyword, no ``*``/``**``) are
-    literals. Syntax errors read like ``eval``'s (``"... (<string>, line 1)"``).
-    """
-    if not isinstance(text, str):
-        raise CallParseError(f"a call must be a string, got {type(text).__name__}")
-    if len(text) > max_call_chars:
-        raise CallParseError(f"call string too long ({len(text)} characters, limit {max_call_chars})")
-    try:
-        # BFCL evaluates the call text, which ignores leading spaces and tabs; strip them the same way.
-        tree = ast.parse(text.lstrip(" \t"), filename="<string>", mode="eval")
-    except SyntaxError as e:
-        raise CallParseError(str(e)) from None
-    except (RecursionError, MemoryError, ValueError) as e:
-        raise CallParseError(f"cannot parse call: {type(e).__name__}") from None
-    call = tree.body
-    if not isinstance(call, ast.Call):
-        raise CallParseError(f"expected a function call, found {type(call).__name__}")
-    if not isinstance(call.func, ast.Name):
-        raise CallParseError(f"the called object must be a bare function name, found {type(call.func).__name__}")
-    name = call.func.id
-    if name.startswith("_"):
-        raise CallParseError(f"function names starting with '_' are not callable: {name!r}")
-    args: list[Any] = []
-    kwargs: dict[str, Any] = {}
-    for node in call.args:
-        if isinstance(node, ast.Starred):
-            raise CallParseError("'*' argument unpacking is not allowed")
-        _check_literal(node, max_int_abs)
-        args.append(ast.literal_eval(node))
-    for kw in call.keywords:
-        if kw.arg is None:
-            raise CallParseError("'**' argument unpacking is not allowed")
-        _check_literal(kw.value, max_int_abs)
-        kwargs[kw.arg] = ast.literal_eval(kw.value)
-    return ParsedCall(name=name, args=tuple(args), kwargs=kwargs)
 
 
 def format_result(value: Any) -> str:

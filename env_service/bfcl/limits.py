@@ -1,4 +1,4 @@
-"""What keeps one tool call cheap: its time budget, argument bounds and the size of what it returns.
+"""What keeps one BFCL tool call cheap: its time budget and the bounds on its arguments.
 
 * :func:`time_budget` interrupts Python-level work after the budget on *any* thread: on the main
   thread with ``SIGALRM`` (``setitimer``), elsewhere (the in-process service runs episodes on its
@@ -8,8 +8,9 @@
   spend seconds to minutes inside C code (``decimal``, big-integer and ``mpmath`` arithmetic in
   ``MathAPI``). The bounds sit far above anything BFCL's tasks use (their precisions are single
   digits) and keep each call well under 0.2 s on one core.
-* :func:`truncate` is the one rule for capping tool results and observations, with a marker that
-  says how much was cut and which episode param raises the limit.
+
+The caps on tool results and observations, and the time budget of one message's calls, are the
+kit's (:mod:`env_service.kit.episode`).
 """
 
 from __future__ import annotations
@@ -23,30 +24,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-# Defaults above the largest the 800 tasks' ground truth produces (31,706 characters for one result,
-# 70,525 for one observation, both in long_context tasks), so faithful episodes are never cut.
-DEFAULT_MAX_TOOL_RESULT_CHARS = 65_536
-DEFAULT_MAX_OBSERVATION_CHARS = 262_144
-
 MAX_PRECISION = 10_000  # decimal / mpmath digits: sqrt 0.07 s, log 0.17 s at this bound
 MAX_RESULT_BITS = 1_000_000  # an integer power's size (about 300,000 decimal digits, ~0.02 s)
 MAX_ROUND_DIGITS = 10_000  # round(int, -n) computes 10**n
-# The calls of one message together: under the service's 60 s worker watchdog, so that a message of
-# many slow calls gets its remaining calls refused instead of its worker (and episodes) killed.
-STEP_TIME_BUDGET_S = 20.0
 _WATCHDOG_PERIOD_S = 0.05
 
 
 class CallTimeout(BaseException):
     """Raised when a call's budget expires. A ``BaseException`` so backend ``except Exception`` cannot swallow it."""
-
-
-def truncate(text: str, limit: int, what: str, param: str) -> str:
-    """``text`` cut to ``limit`` characters plus a one-line marker naming the cut and the param to raise."""
-    if len(text) <= limit:
-        return text
-    return (f"{text[:limit]}\n[truncated: {what} had {len(text)} characters; shown {limit} "
-            f"(episode param {param})]")
 
 
 # --------------------------------------------------------------------------- argument bounds

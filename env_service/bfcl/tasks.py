@@ -14,10 +14,12 @@ followed by the Python language hint):
 * ``excluded_function`` (18 file-system entries per category) is ignored, as BFCL's code
   ignores it: those functions stay offered and executable, which is what BFCL scores.
 
-The retired ``multi_turn_composite`` set (200 tasks, ``data/unused_datasets``) is an optional
-extra: ``TaskStore.load(include_composite=True)``.
+Each task is a kit :class:`~env_service.kit.Task` (:class:`BfclTask`, with BFCL's entry and
+held-out docs) in a kit :class:`~env_service.kit.TaskStore` (:func:`load_store`). The retired
+``multi_turn_composite`` set (200 tasks, ``data/unused_datasets``) is an optional extra:
+``load_store(include_composite=True)``.
 
-Splits: :func:`load_split` reads the project's ``data/`` parquet files (``bfcl_train.parquet``:
+Splits: the tasks carry none of their own; the store's split rule, :func:`load_split`, reads the project's ``data/`` parquet files (``bfcl_train.parquet``:
 train, 400 tasks; ``bfcl_eval_400.parquet``: val 100 + test 300, by ``extra_info.split``; the task
 id is ``extra_info.index``). ``data/bfcl_400_split.json`` is an older, *different* split (its
 "train" list overlaps the eval parquet in 194 ids): it must not be used as an evaluation list.
@@ -38,6 +40,9 @@ from typing import Any
 
 from bfcl_eval.constants.executable_backend_config import MULTI_TURN_FUNC_DOC_FILE_MAPPING
 
+from env_service.kit import SPLITS, Task, TaskStore
+from seal_shared.types import category_of
+
 logger = logging.getLogger(__name__)
 
 CATEGORIES: tuple[str, ...] = (
@@ -48,7 +53,6 @@ CATEGORIES: tuple[str, ...] = (
 )
 COMPOSITE_CATEGORY = "multi_turn_composite"
 PYTHON_NOTE = " Note that the provided function is in Python 3 syntax."
-SPLITS: tuple[str, ...] = ("train", "val", "test", "eval")
 DATA_DIR_ENV = "SEAL_DATA_DIR"
 
 _VERSION_PREFIX = "BFCL_v4"
@@ -56,21 +60,18 @@ _SPLIT_FILES = {"train": "bfcl_train.parquet", "val": "bfcl_eval_400.parquet",
                 "test": "bfcl_eval_400.parquet"}
 
 
-@dataclass(frozen=True)
-class Task:
-    """One BFCL multi-turn task.
+@dataclass(frozen=True, kw_only=True)
+class BfclTask(Task):
+    """One BFCL multi-turn task: a kit task (its ``user_turns`` are the user texts, ``""`` on a turn
+    without one) plus BFCL's data.
 
     ``entry`` is the BFCL question dict as read from the package (``id``, ``question``,
     ``initial_config``, ``involved_classes``, ...). It is shared by every episode of the task and
     must never be mutated: consumers that need to change it take a deep copy. The same holds for
-    the doc dicts in ``tools`` and ``held_out``, which tasks share with each other.
+    the doc dicts in ``tools`` and ``held_out`` (turn -> the docs revealed there), which tasks share.
     """
 
-    id: str
-    category: str
     entry: dict[str, Any]
-    gt_turns: list[list[str]]
-    tools: list[dict[str, Any]]
     held_out: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     involved_classes: tuple[str, ...] = ()
     long_context: bool = False
@@ -81,19 +82,17 @@ class Task:
 
     def user_message(self, turn: int) -> str | None:
         """The user text of ``turn``, or ``None`` on a miss_func hold-out turn (no user message)."""
-        messages = self.entry["question"][turn]
-        texts = [m["content"] for m in messages if m.get("role") == "user"]
-        return "\n".join(texts) if texts else None
+        return _user_text(self.entry["question"][turn])
+
+
+def _user_text(messages: list[dict[str, Any]]) -> str | None:
+    texts = [m["content"] for m in messages if m.get("role") == "user"]
+    return "\n".join(texts) if texts else None
 
 
 def bfcl_data_dir() -> Path:
     """The ``data`` directory of the installed bfcl-eval package."""
     return Path(str(resources.files("bfcl_eval") / "data"))
-
-
-def category_of(task_id: str) -> str:
-    """BFCL's own rule: the category is the id without its trailing ``_<n>``."""
-    return task_id.rsplit("_", 1)[0]
 
 
 def is_long_context(task_id: str) -> bool:
@@ -148,57 +147,32 @@ def build_tools(entry: dict[str, Any], func_docs: dict[str, list[dict[str, Any]]
     return tools, held_out
 
 
-class TaskStore:
-    """All tasks of the loaded categories, indexed by id (read-only after loading)."""
-
-    def __init__(self, tasks: dict[str, Task]):
-        self._tasks = tasks
-
-    @classmethod
-    def load(cls, include_composite: bool = False, data_dir: Path | None = None) -> "TaskStore":
-        """Read the four multi-turn categories (and optionally the retired composite set)."""
-        data_dir = data_dir or bfcl_data_dir()
-        func_docs = _load_func_docs(data_dir)
-        noted_docs = {cls: [_with_note(d) for d in docs] for cls, docs in func_docs.items()}
-        sources = [(c, data_dir / f"{_VERSION_PREFIX}_{c}.json",
-                    data_dir / "possible_answer" / f"{_VERSION_PREFIX}_{c}.json") for c in CATEGORIES]
-        if include_composite:
-            unused = data_dir / "unused_datasets"
-            name = f"{_VERSION_PREFIX}_{COMPOSITE_CATEGORY}.json"
-            sources.append((COMPOSITE_CATEGORY, unused / "question" / name, unused / "possible_answer" / name))
-        tasks: dict[str, Task] = {}
-        for category, question_path, answer_path in sources:
-            answers = {a["id"]: a["ground_truth"] for a in _read_jsonl(answer_path)}
-            for entry in _read_jsonl(question_path):
-                tid = entry["id"]
-                if tid not in answers:
-                    raise ValueError(f"bfcl-eval data: task {tid!r} has no ground truth in {answer_path.name}")
-                tools, held_out = build_tools(entry, func_docs, noted_docs)
-                tasks[tid] = Task(id=tid, category=category, entry=entry, gt_turns=answers[tid],
-                                  tools=tools, held_out=held_out,
-                                  involved_classes=tuple(entry["involved_classes"]),
-                                  long_context=is_long_context(tid))
-        logger.debug("loaded %d BFCL multi-turn tasks from %s", len(tasks), data_dir)
-        return cls(tasks)
-
-    def get(self, task_id: str) -> Task:
-        try:
-            return self._tasks[task_id]
-        except KeyError:
-            raise KeyError(f"unknown BFCL task id {task_id!r} (expected e.g. 'multi_turn_base_0'; "
-                           f"{len(self._tasks)} tasks loaded)") from None
-
-    def __contains__(self, task_id: object) -> bool:
-        return task_id in self._tasks
-
-    def __len__(self) -> int:
-        return len(self._tasks)
-
-    def ids(self, category: str | None = None) -> list[str]:
-        """Task ids in load order, optionally of one category."""
-        if category is None:
-            return list(self._tasks)
-        return [t.id for t in self._tasks.values() if t.category == category]
+def load_store(include_composite: bool = False, data_dir: Path | None = None) -> TaskStore:
+    """Read the four multi-turn categories (and optionally the retired composite set) into a store
+    whose splits are SEAL's (:func:`load_split`)."""
+    data_dir = data_dir or bfcl_data_dir()
+    func_docs = _load_func_docs(data_dir)
+    noted_docs = {cls: [_with_note(d) for d in docs] for cls, docs in func_docs.items()}
+    sources = [(c, data_dir / f"{_VERSION_PREFIX}_{c}.json",
+                data_dir / "possible_answer" / f"{_VERSION_PREFIX}_{c}.json") for c in CATEGORIES]
+    if include_composite:
+        unused = data_dir / "unused_datasets"
+        name = f"{_VERSION_PREFIX}_{COMPOSITE_CATEGORY}.json"
+        sources.append((COMPOSITE_CATEGORY, unused / "question" / name, unused / "possible_answer" / name))
+    tasks: list[BfclTask] = []
+    for category, question_path, answer_path in sources:
+        answers = {a["id"]: a["ground_truth"] for a in _read_jsonl(answer_path)}
+        for entry in _read_jsonl(question_path):
+            tid = entry["id"]
+            if tid not in answers:
+                raise ValueError(f"bfcl-eval data: task {tid!r} has no ground truth in {answer_path.name}")
+            tools, held_out = build_tools(entry, func_docs, noted_docs)
+            tasks.append(BfclTask(id=tid, category=category, split=None, entry=entry, gt_turns=answers[tid],
+                                  user_turns=[_user_text(turn) or "" for turn in entry["question"]], tools=tools,
+                                  held_out=held_out, involved_classes=tuple(entry["involved_classes"]),
+                                  long_context=is_long_context(tid)))
+    logger.debug("loaded %d BFCL multi-turn tasks from %s", len(tasks), data_dir)
+    return TaskStore(tasks, env="bfcl", splits=load_split)
 
 
 _DEFAULT_LOCK = threading.Lock()
@@ -209,7 +183,7 @@ def default_store(include_composite: bool = False) -> TaskStore:
     """The process-wide store, loaded on first use (about 0.1 s) and shared read-only."""
     with _DEFAULT_LOCK:
         if include_composite not in _DEFAULT:
-            _DEFAULT[include_composite] = TaskStore.load(include_composite=include_composite)
+            _DEFAULT[include_composite] = load_store(include_composite=include_composite)
         return _DEFAULT[include_composite]
 
 

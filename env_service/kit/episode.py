@@ -1,63 +1,76 @@
-"""The base episode of the kit: the protocol loop, with the environment's tools and check as hooks.
+"""The kit's episode: the protocol loop, with the environment's world, parsing, check and hooks.
 
-Protocol (the BFCL episode's, so the same episode runner, prompt format and interface apply):
-``reset()`` gives ``[system, first user message]`` (the task's tool docs in the ``bfcl_qwen_fc``
-``<tools>`` system prompt, plus the interface's system blocks); ``step(text)`` parses the tool calls
-(the project's safe ``xml_json`` parser, or the environment's own :meth:`ToolEpisode.parse`), runs
-them on this episode's world and answers ``<tool_response>`` blocks; a reply without calls ends the
-turn (the next user message, or ``[CONVERSATION_COMPLETED]`` after the last); a turn with more
-tool-calling steps than ``max_steps_per_turn`` ends the episode; ``evaluate(sparse)`` runs the
-per-turn check on the accepted calls and builds the evaluation
-(:func:`~env_service.kit.evaluation.build_evaluation`).
+Protocol (the release's BFCL protocol, so the same episode runner, prompt formats and interface apply
+to every environment):
 
-Interface evolution (:class:`seal.interface.EpisodeInterface`) is applied here: observation hints on
-the tool docs and the system blocks at ``reset``, recovery hints after a rejected message and after
-each failed call (``ToolResult.failed``: the world's declared rule, never a guess from the text).
-It reads the ``observation_lite`` / ``tool_feedback_evolution`` / ``diagnostic_evolution`` blocks of
-the params; the environment honours those its ``params_model`` declares (:class:`InterfaceParams`
-declares all three, :class:`EpisodeParams` none).
+* ``reset()`` -> ``[system, first user message]``: the offered tool docs in the system prompt of
+  ``prompt_mode`` (:mod:`~env_service.kit.prompts`), plus the interface's system blocks.
+* ``step(text)``:
+  - the message's calls are parsed (:meth:`ToolEpisode.parse`; strict: one error refuses them all). A
+    refused message, or one calling a tool that is not offered (``enforce_available_tools``) or whose
+    names are not identifiers, answers ``[ERROR] Invalid tool call format: <reason>`` (plus recovery
+    hints when the interface enables them) and the turn goes on; with ``terminate_on_parse_error``
+    the episode ends instead, scored 0;
+  - otherwise the calls run on this episode's world, within the step's time budget, and come back
+    as ``<tool_response>`` blocks (or bare, per ``tool_result_mode``), each result cut to
+    ``max_tool_result_chars`` and the observation to ``max_observation_chars``; a failed call (the
+    world's declared rule, :attr:`~env_service.kit.tools.ToolResult.failed`) gets the recovery hint;
+  - a message without calls ends the turn: the next turn's message (:meth:`ToolEpisode.turn_message`),
+    or ``[CONVERSATION_COMPLETED]`` after the last turn or when :meth:`ToolEpisode.stop_after_turn`
+    gives a reason;
+  - a turn with more tool-calling steps than ``max_steps_per_turn`` ends the episode.
+* ``evaluate(sparse)``: the per-turn check (:meth:`ToolEpisode.check_turns`) of :attr:`ToolEpisode.model_turns`,
+  judged turn by turn (:meth:`ToolEpisode.judge_turn`) into the evaluation
+  (:func:`~env_service.kit.evaluation.build_evaluation`), plus the episode's own fields.
+
+Interface evolution (:class:`seal_shared.interface.EpisodeInterface`, built from the params' blocks) is
+applied here: observation hints on the tool docs and the system blocks at ``reset``, recovery hints
+after a refused message and after each failed call.
+
+An episode is not thread-safe: one caller drives it at a time. It shares nothing mutable with other
+episodes (the task's data is read-only; its world is its own).
 """
 
 from __future__ import annotations
 
+import keyword
+import time
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
-
-from env_service.bfcl.interface_params import check_block
-from env_service.bfcl.parsers import ParseResult, parse_tool_calls
-from env_service.bfcl.prompts import (
-    CONVERSATION_COMPLETED, call_to_string, render_initial_messages, render_invalid_tool_call,
-    render_tool_responses,
+from env_service.kit.calls import ERROR_PREFIX, call_to_string
+from env_service.kit.evaluation import (
+    FORCE_TERMINATED, TurnCheck, TurnVerdict, World, build_evaluation, replay_turns, turn_failure,
 )
-from env_service.kit.evaluation import TurnCheck, World, build_evaluation, replay_turns
+from env_service.kit.params import EpisodeParams, InterfaceParams
+from env_service.kit.parsers import ParseResult, ToolCall, parse_tool_calls
+from env_service.kit.prompts import (
+    CONVERSATION_COMPLETED, observation_role, render_initial_messages, render_invalid_tool_call, render_tool_responses,
+)
 from env_service.kit.tasks import Task
-from seal.interface import EpisodeInterface
-from seal.interface.blocks import INTERFACE_BLOCKS
+from seal_shared.interface import EpisodeInterface
+from seal_shared.interface.blocks import INTERFACE_BLOCKS
+
+# The calls of one message together: under the service's 60 s worker watchdog, so that a message of
+# many slow calls gets its remaining calls refused instead of its worker (and episodes) killed.
+STEP_TIME_BUDGET_S = 20.0
+_MAX_ERROR_MESSAGES = 50
+_MAX_ERROR_CHARS = 300
+EVENTS = ("parse_errors", "rejected_calls", "unavailable_tool_calls", "tool_errors", "tool_calls_attempted",
+          "tool_calls_accepted", "steps", "assistant_messages")
 
 
-class EpisodeParams(BaseModel):
-    """The per-episode ``params`` every kit episode takes (``env_service.<name>`` in the config);
-    unknown keys are refused by name. Subclass it to add an environment's own keys."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    rollout_mode: str = "validate"  # the evaluation interface unless the caller asks for "sample"
-    max_steps_per_turn: int = Field(10, ge=1)
+class EpisodeTerminatedError(ValueError):
+    """``step`` on an episode that has already ended (a caller error, hence a ``ValueError``)."""
 
 
-class InterfaceParams(EpisodeParams):
-    """:class:`EpisodeParams` plus the three interface-evolution blocks (each type-checked by key)."""
+class Interface(Protocol):
+    """The part of :class:`seal_shared.interface.EpisodeInterface` the episode uses (tests pass stand-ins)."""
 
-    observation_lite: dict[str, Any] | None = None
-    tool_feedback_evolution: dict[str, Any] | None = None
-    diagnostic_evolution: dict[str, Any] | None = None
-
-    @field_validator("observation_lite", "tool_feedback_evolution", "diagnostic_evolution", mode="before")
-    @classmethod
-    def _interface_block(cls, v: Any, info: ValidationInfo) -> dict[str, Any] | None:
-        return check_block(str(info.field_name), v)
+    def transform_tools(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]: ...
+    def system_blocks(self) -> list[str]: ...
+    def parse_error_feedback(self, reason: str, *, parser_mode: str, tool_names: list[str]) -> str: ...
+    def tool_error_feedback(self, error_text: str, *, tool_names: list[str]) -> str: ...
 
 
 @dataclass
@@ -69,32 +82,92 @@ class StepOutcome:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class TurnEventCounts:
+    """Per-ground-truth-turn events, reported as the evaluation's ``turn_events``."""
+
+    parse_errors: int = 0
+    unavailable_tools: int = 0
+    tool_errors: int = 0
+    model_calls: list[str] = field(default_factory=list)
+
+
+def truncate(text: str, limit: int, what: str, param: str) -> str:
+    """``text`` cut to ``limit`` characters plus a one-line marker naming the cut and the param to raise."""
+    if len(text) <= limit:
+        return text
+    return (f"{text[:limit]}\n[truncated: {what} had {len(text)} characters; shown {limit} "
+            f"(episode param {param})]")
+
+
 class ToolEpisode:
     """One rollout of one task (see the module docstring). An environment subclasses it and gives
-    :meth:`start` (a fresh world); :meth:`check_turns` and :meth:`parse` have defaults."""
+    :meth:`start` (its world); every other hook has a default.
+
+    The class attributes fix the protocol's choices: the call syntax of :meth:`parse` and the recovery
+    hints (``tool_call_parser``: ``xml_json``, ``python_list`` or ``llama3_json``), the prompt and
+    result formats (``prompt_mode``, ``tool_result_mode``), whether calls to tools not offered are
+    refused and whether a refused message ends the episode. An environment may make any of them a
+    property of its params (BFCL does).
+    """
 
     params_model: ClassVar[type[EpisodeParams]] = InterfaceParams
-    tool_call_parser: ClassVar[str] = "xml_json"  # the project's parser mode (and the hints' call syntax)
+    tool_call_parser: ClassVar[str] = "xml_json"
     prompt_mode: ClassVar[str] = "bfcl_qwen_fc"
+    tool_result_mode: ClassVar[str] = "bfcl_tool_response"
+    enforce_available_tools: ClassVar[bool] = True
+    terminate_on_parse_error: ClassVar[bool] = False
 
-    def __init__(self, task: Task, params: EpisodeParams | dict[str, Any] | None = None) -> None:
+    def __init__(self, task: Task, params: EpisodeParams | dict[str, Any] | None = None, *,
+                 interface: Interface | None = None) -> None:
         self.task = task
         self.params = params if isinstance(params, self.params_model) else self.params_model.model_validate(params or {})
-        self.interface = EpisodeInterface.from_params(self.params.model_dump(), category=task.category)
-        self._initial: list[dict[str, str]] | None = self._start()
+        self.interface: Interface = interface if interface is not None else EpisodeInterface.from_params(
+            self.params.model_dump(), category=task.category)
+        self._initial = self._start()
+        self._pristine = True
 
     # ----- the environment's part ------------------------------------------------------------
     def start(self) -> World:
-        """A fresh world for this task: ``run(call string) -> ToolResult`` and ``state()``."""
+        """A fresh world for this task: ``run(call string) -> ToolResult`` (and ``state()`` for the default check)."""
         raise NotImplementedError(f"{type(self).__name__} must define start(), the task's fresh world")
+
+    def parse(self, content: str) -> ParseResult:
+        """The calls of an assistant message, or why it is refused (strict: any error refuses all)."""
+        return parse_tool_calls(content, self.tool_call_parser, strict=True)
 
     def check_turns(self) -> list[TurnCheck]:
         """The per-turn check: one :class:`TurnCheck` per ground-truth turn (default: replay on fresh worlds)."""
         return replay_turns(self.model_turns, self.task.gt_turns, self.start)
 
-    def parse(self, content: str) -> ParseResult:
-        """The calls of an assistant message, or why it is refused (strict: any error refuses all)."""
-        return parse_tool_calls(content, self.tool_call_parser, strict=True)
+    def judge_turn(self, check: TurnCheck, index: int) -> TurnVerdict:
+        """The verdict hook: why turn ``index`` fails the episode, or ``None`` (default: :func:`turn_failure`)."""
+        return turn_failure(check.evidence, index)
+
+    def turn_message(self, turn: int) -> tuple[str, dict[str, Any]]:
+        """The message that opens ``turn`` and what it adds to the step's ``info`` (default: the task's
+        user message). BFCL's held-out tools are revealed here."""
+        return self.task.user_turns[turn], {}
+
+    def stop_after_turn(self) -> str | None:
+        """A reason to end the episode when the model ends a turn before the last (``None``: go on).
+        BFCL's open queries end after the first."""
+        return None
+
+    def evaluation_fields(self, result: dict[str, Any]) -> dict[str, Any]:
+        """The episode's own fields of the evaluation, beside ``result`` (the checker's)."""
+        return {
+            "task_id": self.task.id, "test_id": self.task.id, "category": self.task.category,
+            "turn_count": self.turn + 1, "num_turns": len(self.task.gt_turns), "completed": self.completed,
+            "terminated_reason": self.terminated_reason, "force_zero_reward": self.force_zero_reward,
+            "events": dict(self.events),
+            "turn_events": [{"parse_errors": e.parse_errors, "unavailable_tools": e.unavailable_tools,
+                             "tool_errors": e.tool_errors, "model_calls": list(e.model_calls),
+                             "gt_calls": [c.split("(", 1)[0].strip() for c in gt]}
+                            for e, gt in zip(self.turn_events, self.task.gt_turns)],
+            "error_messages": list(self.error_messages),
+            "model_turns": [[list(step) for step in turn] for turn in self.model_turns],
+        }
 
     @classmethod
     def check_params(cls, block: dict[str, Any]) -> None:
@@ -106,86 +179,225 @@ class ToolEpisode:
         """The interface-evolution blocks this episode honours: those its ``params_model`` has."""
         return tuple(b for b in INTERFACE_BLOCKS if b in cls.params_model.model_fields)
 
+    # ----- state ------------------------------------------------------------------------------
+    @property
+    def model_turns(self) -> list[list[list[str]]]:
+        """The model's accepted calls so far, turn -> step -> call strings (BFCL's checker form:
+        ``[[["cd(folder='x')", "ls()"], ["mv(...)"]], [], ...]``), one list per turn played, the
+        current one included. What :meth:`check_turns` judges; read it, never change it."""
+        return self._turns
+
+    @property
+    def observation_role(self) -> str:
+        """The chat role of this episode's observations: ``ipython`` for the bare result modes, else ``user``."""
+        return observation_role(self.tool_result_mode)
+
     # ----- the protocol ----------------------------------------------------------------------
     def _start(self) -> list[dict[str, str]]:
         self.world = self.start()
-        self.tools = self.interface.transform_tools(self.task.tools)
-        self.offered = [t["name"] for t in self.tools]
-        self.model_turns: list[list[list[str]]] = [[]]
+        self.tools = self._initial_tools()
+        self.offered = [tool["name"] for tool in self.tools]
+        self._turns: list[list[list[str]]] = [[]]
         self.turn = self.steps_in_turn = 0
-        self.terminated = False
+        self.terminated = self.completed = self.force_zero_reward = False
         self.terminated_reason: str | None = None
-        return render_initial_messages(self.prompt_mode, self.tools, self.task.user_turns[0],
-                                       self.interface.system_blocks())
+        self.events = dict.fromkeys(EVENTS, 0)
+        self.turn_events = [TurnEventCounts() for _ in self.task.gt_turns]
+        self.error_messages: list[str] = []
+        self._version = 0
+        self._checks: tuple[int, list[TurnCheck]] | None = None
+        first, _ = self.turn_message(0)
+        return render_initial_messages(self.prompt_mode, self.tools, first, self.interface.system_blocks())
+
+    def _initial_tools(self) -> list[dict[str, Any]]:
+        """The interface's transform of the task's tools, skipped when it reports observation hints off
+        (its deep copy is then pure cost: the episode never changes a doc)."""
+        active = getattr(self.interface, "active", None)
+        if isinstance(active, dict) and active.get("observation_lite") is False:
+            return list(self.task.tools)
+        return self.interface.transform_tools(list(self.task.tools))
 
     def reset(self) -> list[dict[str, str]]:
         """Start (or restart) the episode; returns ``[system, first user]`` (the constructor's start is
-        reused when nothing happened since)."""
-        if self._initial is None:
+        reused while nothing happened since)."""
+        if not self._pristine:
             self._initial = self._start()
-        messages, self._initial = self._initial, None
-        return messages
+            self._pristine = True
+        return [dict(m) for m in self._initial]
 
     def step(self, content: str) -> StepOutcome:
         """Apply one assistant message; returns the next observation."""
         if self.terminated:
-            raise ValueError(f"episode of {self.task.id} has terminated ({self.terminated_reason}); create a new one")
-        self._initial = None
+            raise EpisodeTerminatedError(f"episode of {self.task.id} has terminated ({self.terminated_reason}); "
+                                         "create a new one")
+        if not isinstance(content, str):
+            raise ValueError(f"assistant content must be a string, got {type(content).__name__}")
+        self._pristine = False
+        self.events["assistant_messages"] += 1
         parsed = self.parse(content)
-        if parsed.errors:
-            return self._reject(" ".join(parsed.errors), "parse_error")
+        if parsed.errors and not parsed.calls:
+            return self._reject(parsed.errors, n_calls=len(parsed.rejected), unavailable=0)
+        if parsed.errors:  # non-strict: keep the good calls, still count the message's errors
+            self._note_parse_error(parsed.errors)
         if not parsed.calls:
             return self._advance()
-        unavailable = [c.name for c in parsed.calls if c.name not in self.offered]
+        problems, unavailable = self._call_problems(parsed.calls)
+        if problems:
+            return self._reject(problems, n_calls=len(parsed.calls), unavailable=unavailable)
+        return self._execute(parsed.calls)
+
+    def _call_problems(self, calls: list[ToolCall]) -> tuple[list[str], int]:
+        problems: list[str] = []
+        unavailable = 0
+        offered = set(self.offered)
+        for call in calls:
+            if not call.name.isidentifier() or keyword.iskeyword(call.name):
+                problems.append(f"tool name {call.name[:60]!r} is not a valid function name.")
+                continue
+            bad = [k for k in call.arguments if not (isinstance(k, str) and k.isidentifier() and not keyword.iskeyword(k))]
+            if bad:
+                problems.append(f"argument name {str(bad[0])[:60]!r} of '{call.name}' is not a valid identifier.")
+            if self.enforce_available_tools and call.name not in offered:
+                unavailable += 1
+                problems.append(f"Tool '{call.name}' is not available in the current tool list.")
+        return problems, unavailable
+
+    def _note_parse_error(self, errors: list[str]) -> None:
+        self.events["parse_errors"] += 1
+        self.turn_events[self.turn].parse_errors += 1
+        for e in errors:
+            self._remember_error(e)
+
+    def _reject(self, errors: list[str], *, n_calls: int, unavailable: int) -> StepOutcome:
+        self.events["rejected_calls"] += n_calls
+        self.events["tool_calls_attempted"] += n_calls
         if unavailable:
-            return self._reject(f"Tool '{unavailable[0]}' is not available in the current tool list.",
-                                "unavailable_tool")
-        calls = [call_to_string(c.name, c.arguments) for c in parsed.calls]
-        results = [self.world.run(call) for call in calls]
-        self.model_turns[self.turn].append(calls)
+            self.events["unavailable_tool_calls"] += unavailable
+            self.turn_events[self.turn].unavailable_tools += unavailable
+            for e in errors:
+                self._remember_error(e)
+        else:
+            self._note_parse_error(errors)
+        # bfcl_error_type is the release's name (its protocol, which the kit keeps).
+        info: dict[str, Any] = {"bfcl_error_type": "parse_error", "rejected_calls": n_calls,
+                                "unavailable_tool_calls": unavailable}
+        if self.terminate_on_parse_error:
+            self.force_zero_reward = True
+            self._end("parse_error")
+            info.update(bfcl_terminated_on_parse_error=True, bfcl_force_zero_reward=True)
+            return self._outcome(CONVERSATION_COMPLETED, info)
+        reason = " ".join(errors)
+        feedback = self.interface.parse_error_feedback(reason, parser_mode=self.tool_call_parser,
+                                                       tool_names=list(self.offered))
+        return self._outcome(render_invalid_tool_call(reason, feedback), info)
+
+    def _execute(self, calls: list[ToolCall]) -> StepOutcome:
+        ran, texts, failed = self._run_calls([call_to_string(c.name, c.arguments) for c in calls])
+        self._turns[self.turn].append(ran)
+        self._version += 1
         self.steps_in_turn += 1
-        hints = [self.interface.tool_error_feedback(r.text, tool_names=self.offered) if r.failed else ""
-                 for r in results]
+        self.events["steps"] += 1
+        self.events["tool_calls_attempted"] += len(calls)
+        self.events["tool_calls_accepted"] += len(calls)
+        turn_events = self.turn_events[self.turn]
+        turn_events.model_calls.extend(c.name for c in calls)
+        hints = [self.interface.tool_error_feedback(text, tool_names=list(self.offered)) if is_error else ""
+                 for text, is_error in zip(texts, failed)]
+        for text, is_error in zip(texts, failed):
+            if is_error:
+                self._remember_error(text)
+        n_errors = sum(failed)
+        self.events["tool_errors"] += n_errors
+        turn_events.tool_errors += n_errors
+        info: dict[str, Any] = {"tool_calls": len(calls), "tool_errors": n_errors}
+        if n_errors:
+            info["bfcl_error_type"] = "tool_error"
         if self.steps_in_turn > self.params.max_steps_per_turn:
             self._end("max_steps_per_turn")
-            return self._outcome(CONVERSATION_COMPLETED, {"force_terminated": True})
-        return self._outcome(render_tool_responses([r.text for r in results], hints),
-                             {"tool_calls": len(calls), "tool_errors": sum(r.failed for r in results)})
+            info["force_terminated"] = True
+            return self._outcome(CONVERSATION_COMPLETED, info)
+        return self._outcome(render_tool_responses(texts, hints, self.tool_result_mode), info)
 
-    def _reject(self, reason: str, error_type: str) -> StepOutcome:
-        hint = self.interface.parse_error_feedback(reason, parser_mode=self.tool_call_parser, tool_names=self.offered)
-        return self._outcome(render_invalid_tool_call(reason, hint), {"error_type": error_type})
+    def _run_calls(self, strings: list[str]) -> tuple[list[str], list[str], list[bool]]:
+        """Run ``strings`` in order; returns (the calls that ran, one text per call, which failed).
+
+        Results are cut to the caps as they come, so a message of thousands of calls never holds
+        more than an observation's worth of text. Calls left when the step's time budget is spent
+        are not run (nor replayed by the check).
+        """
+        p = self.params
+        deadline = time.monotonic() + STEP_TIME_BUDGET_S
+        ran: list[str] = []
+        texts: list[str] = []
+        failed: list[bool] = []
+        shown = 0
+        for call in strings:
+            if time.monotonic() > deadline:
+                texts.append(f"{ERROR_PREFIX}not run: the calls of this message used up the step's time budget "
+                             f"of {STEP_TIME_BUDGET_S:g} s")
+                failed.append(True)
+                continue
+            result = self.world.run(call)
+            ran.append(call)
+            failed.append(result.failed)
+            if shown > p.max_observation_chars:
+                texts.append("")  # the observation is over its cap already: this part is cut anyway
+                continue
+            texts.append(truncate(result.text, p.max_tool_result_chars, "a tool result", "max_tool_result_chars"))
+            shown += len(texts[-1])
+        return ran, texts, failed
 
     def _advance(self) -> StepOutcome:
-        if self.turn + 1 >= len(self.task.user_turns):
-            self._end("completed")
+        reason = self.stop_after_turn()
+        if reason is None and self.turn + 1 >= len(self.task.gt_turns):
+            self.completed, reason = True, "completed"
+        if reason is not None:
+            self._end(reason)
             return self._outcome(CONVERSATION_COMPLETED, {"turn_advanced": True})
         self.turn += 1
         self.steps_in_turn = 0
-        self.model_turns.append([])
-        return self._outcome(self.task.user_turns[self.turn], {"turn_advanced": True})
+        self._turns.append([])
+        self._version += 1
+        message, extra = self.turn_message(self.turn)
+        return self._outcome(message, {"turn_advanced": True, **extra})
 
     def _end(self, reason: str) -> None:
         self.terminated, self.terminated_reason = True, reason
 
+    def _remember_error(self, text: str) -> None:
+        text = text[:_MAX_ERROR_CHARS]
+        if text not in self.error_messages and len(self.error_messages) < _MAX_ERROR_MESSAGES:
+            self.error_messages.append(text)
+
     def _outcome(self, observation: str, info: dict[str, Any]) -> StepOutcome:
+        observation = truncate(observation, self.params.max_observation_chars, "the observation",
+                               "max_observation_chars")
         info.update(turn=self.turn, steps_in_turn=self.steps_in_turn, terminated_reason=self.terminated_reason,
-                    observation_role="user")
+                    observation_role=self.observation_role)
         return StepOutcome(observation, self.terminated, info)
+
+    # ----- scoring ---------------------------------------------------------------------------
+    def checks(self) -> list[TurnCheck]:
+        """:meth:`check_turns` on the calls accepted so far (run again only after they change)."""
+        if self._checks is None or self._checks[0] != self._version:
+            self._checks = (self._version, self.check_turns())
+        return self._checks[1]
 
     def evaluate(self, sparse: bool = True) -> float | dict[str, Any]:
         """The accuracy (``sparse``) or the evaluation dict with the episode's own fields."""
-        result = build_evaluation(self.check_turns(), played_turns=len(self.model_turns))
+        result = build_evaluation(self.checks(), played_turns=len(self.model_turns), judge=self.judge_turn)
+        if self.force_zero_reward and result["valid"]:
+            result.update(valid=False, accuracy=0.0, error_type=FORCE_TERMINATED,
+                          error_message="The episode was ended by a parse error (terminate_on_parse_error).")
         if sparse:
             return result["accuracy"]
-        return {**result, "task_id": self.task.id, "test_id": self.task.id, "category": self.task.category,
-                "turn_count": self.turn + 1, "num_turns": len(self.task.user_turns),
-                "completed": self.terminated_reason == "completed", "terminated_reason": self.terminated_reason,
-                "model_turns": [[list(step) for step in turn] for turn in self.model_turns]}
+        return {**result, **self.evaluation_fields(result)}
 
     def info(self) -> dict[str, Any]:
         """A small JSON-safe summary of where the episode stands."""
         return {"task_id": self.task.id, "category": self.task.category, "turn": self.turn,
-                "num_turns": len(self.task.user_turns), "steps_in_turn": self.steps_in_turn,
-                "terminated": self.terminated, "terminated_reason": self.terminated_reason,
-                "tools": list(self.offered), "observation_role": "user"}
+                "num_turns": len(self.task.gt_turns), "steps_in_turn": self.steps_in_turn,
+                "terminated": self.terminated, "completed": self.completed,
+                "terminated_reason": self.terminated_reason, "tools": list(self.offered),
+                "events": dict(self.events), "tool_prompt_mode": self.prompt_mode,
+                "observation_role": self.observation_role}

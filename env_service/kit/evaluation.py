@@ -1,15 +1,15 @@
 """From per-turn check results to the evaluation shape the trainer reads.
 
 An environment's per-turn check gives one :class:`TurnCheck` per ground-truth turn: the
-:class:`seal.tags.TurnEvidence` the tag rules read, and the error texts of the model's refused
+:class:`seal_shared.tags.TurnEvidence` the tag rules read, and the error texts of the model's refused
 calls. :func:`build_evaluation` turns them into the ``evaluate(sparse=False)`` dict, with the keys
 and meanings of the BFCL checker's (``seal.episode.Evaluation.from_wire`` reads it):
 
-* one tag per ground-truth turn, from :func:`seal.tags.classify_turn` (so a research tag
+* one tag per ground-truth turn, from :func:`seal_shared.tags.classify_turn` (so a research tag
   registered by a plug-in applies here too);
 * the episode's verdict: ``multi_turn:force_terminated`` when the model played another number of
-  turns than the ground truth has, else the first turn that fails :func:`turn_failure` (or an
-  environment's own rule);
+  turns than the ground truth has, else the first turn the judge fails (:func:`turn_failure`, or
+  an environment's own rule: the episode's ``judge_turn``), as a :class:`TurnVerdict`;
 * per-turn validity (``evidence.passed``; ``None`` on a turn whose right move is no call),
   irrelevance (such a turn: did the model abstain), pass counts and progress.
 
@@ -20,26 +20,40 @@ the ground truth side by side, turn by turn, and compares the public state and t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from env_service.kit.tools import ToolResult
-from seal.tags import TurnEvidence, classify_turn
+from seal_shared.tags import TurnEvidence, classify_turn
 
 FORCE_TERMINATED = "multi_turn:force_terminated"
 EMPTY_TURN = "multi_turn:empty_turn_model_response"
 STATE_MISMATCH = "multi_turn:instance_state_mismatch"
 RESPONSE_MISMATCH = "multi_turn:execution_response_mismatch"
 
-# (error_type, error_message) of a failed turn; None: the turn does not fail the episode.
-TurnVerdict = tuple[str, str] | None
+
+
+class TurnVerdict(NamedTuple):
+    """Why a turn fails the episode: the error type and message (BFCL's vocabulary) and any details
+    (BFCL's: the differing instances, the missing results). A judge may return a plain
+    ``(error_type, message)`` tuple; ``None`` means the turn does not fail the episode."""
+
+    error_type: str
+    message: str
+    details: Mapping[str, Any] | None = None
 
 
 class World(Protocol):
-    """What :func:`replay_turns` needs of a fresh world (a ``ToolBox`` is one)."""
+    """What an episode runs its calls on: ``run(call string)`` answers a :class:`ToolResult` and never
+    raises for a bad call. A ``ToolBox`` is one; so is any world that brings its own executor and
+    declares its tool errors in the results (``error``: refused before running; ``tool_error``)."""
 
     def run(self, call: str) -> ToolResult: ...
+
+
+class StatefulWorld(World, Protocol):
+    """A world the default check can replay: ``state()`` is the public state compared after each turn."""
 
     def state(self) -> Any: ...
 
@@ -49,7 +63,7 @@ class TurnCheck:
     """The per-turn check's result on one ground-truth turn.
 
     Attributes:
-        evidence: what the check observed (the input of every tag rule; see ``seal.tags``).
+        evidence: what the check observed (the input of every tag rule; see ``seal_shared.tags``).
         errors: the texts of the model's calls of the turn that were refused (shown in ``turns``).
     """
 
@@ -71,7 +85,7 @@ class TurnCheck:
         ), tuple(errors))
 
 
-def turn_failure(evidence: TurnEvidence, index: int) -> TurnVerdict:
+def turn_failure(evidence: TurnEvidence, index: int) -> TurnVerdict | None:
     """The default verdict rule of one turn (BFCL's, plus a judged abstention).
 
     A turn with ground-truth calls fails when the model made none, when ``state_valid`` is not true
@@ -80,32 +94,40 @@ def turn_failure(evidence: TurnEvidence, index: int) -> TurnVerdict:
     calls changed the state); a read-only call there is tagged ``spurious_tool_call`` but passes.
     """
     e = evidence
-    state = (STATE_MISMATCH, f"Model instance state does not match the ground truth after turn {index}")
+    state = TurnVerdict(STATE_MISMATCH, f"Model instance state does not match the ground truth after turn {index}")
     if e.gt_empty:
         return state if e.model_called and e.state_valid is False else None
     if not e.model_called:
-        return EMPTY_TURN, f"Model response list is empty for turn {index}"
+        return TurnVerdict(EMPTY_TURN, f"Model response list is empty for turn {index}")
     if not e.state_valid:
         return state
     if e.response_valid is False:
-        return RESPONSE_MISMATCH, f"A ground-truth result of turn {index} is missing from the model's results"
+        return TurnVerdict(RESPONSE_MISMATCH, f"A ground-truth result of turn {index} is missing from the model's results")
     return None
 
 
+def _default_judge(check: TurnCheck, index: int) -> TurnVerdict | None:
+    return turn_failure(check.evidence, index)
+
+
 def build_evaluation(checks: Sequence[TurnCheck], *, played_turns: int,
-                     judge: Callable[[TurnEvidence, int], TurnVerdict] = turn_failure) -> dict[str, Any]:
+                     judge: Callable[[TurnCheck, int], tuple[Any, ...] | None] = _default_judge) -> dict[str, Any]:
     """The evaluation dict of an episode whose model played ``played_turns`` user turns, from one
-    check per ground-truth turn (see the module docstring); ``judge`` is the per-turn verdict rule."""
+    check per ground-truth turn (see the module docstring); ``judge(check, index)`` is the per-turn
+    verdict rule (default: :func:`turn_failure` on the check's evidence)."""
     terminated_early = played_turns != len(checks)
-    verdict: TurnVerdict = None
+    verdict: TurnVerdict | None = None
     if terminated_early:
-        verdict = (FORCE_TERMINATED, f"The model played {played_turns} turns of {len(checks)}.")
+        verdict = TurnVerdict(FORCE_TERMINATED, "Model was force-terminated during inference phase. The length of the "
+                              f"model result turns ({played_turns}) does not match the length of the ground truth "
+                              f"turns ({len(checks)}).")
     failed_turn: int | None = None
     turns: list[dict[str, Any]] = []
     for k, check in enumerate(checks):
         e = check.evidence
         if verdict is None:
-            verdict = judge(e, k)
+            judged = judge(check, k)
+            verdict = None if judged is None else TurnVerdict(*judged)
             failed_turn = k if verdict is not None else None
         turns.append({"index": k, "tag": str(classify_turn(e)),
                       "valid": None if e.gt_empty and not e.gt_error else e.passed,
@@ -113,7 +135,7 @@ def build_evaluation(checks: Sequence[TurnCheck], *, played_turns: int,
     return _summary(turns, verdict, failed_turn, terminated_early)
 
 
-def _summary(turns: list[dict[str, Any]], verdict: TurnVerdict, failed_turn: int | None,
+def _summary(turns: list[dict[str, Any]], verdict: TurnVerdict | None, failed_turn: int | None,
              terminated_early: bool) -> dict[str, Any]:
     passed = sum(1 for t in turns if t["valid"] is True)
     scorable = sum(1 for t in turns if t["valid"] is not None)
@@ -136,12 +158,12 @@ def _summary(turns: list[dict[str, Any]], verdict: TurnVerdict, failed_turn: int
         "progress": passed / scorable if scorable else 0.0,
         "progress_with_irrelevance": (passed + passed_irr) / (scorable + irr) if scorable + irr else 0.0,
         "terminated_early": terminated_early,
-        "details": {},
+        "details": dict(verdict.details or {}) if verdict is not None else {},
     }
 
 
 def replay_turns(model_turns: Sequence[Sequence[Sequence[str]]], gt_turns: Sequence[Sequence[str]],
-                 new_world: Callable[[], World]) -> list[TurnCheck]:
+                 new_world: Callable[[], StatefulWorld]) -> list[TurnCheck]:
     """The per-turn check by replay: the model's accepted calls (turn -> step -> call strings) and the
     ground truth run on two fresh worlds, turn by turn.
 

@@ -2,9 +2,11 @@
 
 A :class:`Task` is what the kit's episode reads (the user message and the ground-truth call strings
 of each turn, the tool docs offered) plus its ``split`` and ``category``; an environment subclasses
-it for its own fields (a starting state, say). A :class:`TaskStore` holds every task by id, in file
-order, and answers the registry's questions (``get(id).category``, ``ids()``, ``in``) and the splits.
-:func:`ground_truth_replies` plays a task's ground truth (a check that every task can pass).
+it for its own fields (a frozen, keyword-only dataclass: ``@dataclass(frozen=True, kw_only=True)``,
+each new field with a default or given by name). A :class:`TaskStore` holds every task by id, in
+file order, and answers the registry's questions (``get(id).category``, ``ids()``, ``in``) and the
+splits (the tasks' own, or the store's ``splits`` rule). :func:`ground_truth_replies` plays a task's
+ground truth (a check that every task can pass).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from env_service.bfcl.executor import parse_call
+from env_service.kit.calls import parse_call
 
 SPLITS = ("train", "val", "test", "eval")
 
@@ -27,7 +29,7 @@ class Task:
 
     id: str
     category: str
-    split: str  # train, val or test ("eval" is val and test together)
+    split: str | None  # train, val or test ("eval" is val and test); None: the store's split rule decides
     user_turns: Sequence[str]
     gt_turns: Sequence[Sequence[str]]  # call strings per turn; [] where the right move is no call
     tools: Sequence[Mapping[str, Any]] = field(default_factory=list)
@@ -36,15 +38,17 @@ class Task:
         if not self.user_turns or len(self.user_turns) != len(self.gt_turns):
             raise ValueError(f"task {self.id!r}: {len(self.user_turns)} user turns and {len(self.gt_turns)} "
                              "ground-truth turns (one of each per turn, at least one turn)")
-        if self.split not in SPLITS[:3]:
+        if self.split is not None and self.split not in SPLITS[:3]:
             raise ValueError(f"task {self.id!r}: split {self.split!r} is not one of train, val, test")
 
 
 class TaskStore:
-    """Every task of an environment, by id, in file order (read-only)."""
+    """Every task of an environment, by id, in file order (read-only). ``splits``, when given, is the
+    store's split rule (name -> ids, in its own order) in place of the tasks' ``split`` fields."""
 
-    def __init__(self, tasks: Iterable[Task], *, env: str) -> None:
+    def __init__(self, tasks: Iterable[Task], *, env: str, splits: Callable[[str], list[str]] | None = None) -> None:
         self.env = env
+        self._splits = splits
         self._tasks: dict[str, Task] = {}
         for task in tasks:
             if task.id in self._tasks:
@@ -70,10 +74,15 @@ class TaskStore:
     def __len__(self) -> int:
         return len(self._tasks)
 
-    def ids(self, split: str | None = None) -> list[str]:
-        """Every id (``None``) or those of one split, in store order; ``eval`` is val and test."""
-        wanted = {"val", "test"} if split == "eval" else {split}
-        return [t.id for t in self._tasks.values() if split is None or t.split in wanted]
+    def ids(self, split: str | None = None, *, category: str | None = None) -> list[str]:
+        """Every id (``None``) or those of one split (``eval`` is val and test), optionally of one
+        category only; in store order, or in the order of the store's split rule."""
+        if split is not None and self._splits is not None:
+            ids = self._splits(split)
+        else:
+            wanted = {"val", "test"} if split == "eval" else {split}
+            ids = [t.id for t in self._tasks.values() if split is None or t.split in wanted]
+        return ids if category is None else [i for i in ids if self._tasks[i].category == category]
 
     def load_split(self, split: str) -> list[str]:
         """:meth:`ids` of a named split (``ValueError`` for another name)."""

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from env_service.bfcl.executor import ERROR_PREFIX, CallParseError, parse_call
+from env_service.kit.calls import ERROR_PREFIX, CallParseError, parse_call
 
 _JSON_TYPES = {str: "string", int: "integer", float: "float", bool: "boolean", list: "array", dict: "dict"}
 

@@ -8,7 +8,7 @@ Results are JSON text, as the model sees them.
 :func:`check_episode` replays the model's accepted calls and the ground truth on two fresh worlds,
 turn by turn (:func:`env_service.kit.replay_turns`), and answers what the BFCL checker answers
 (:func:`env_service.kit.build_evaluation`: ``valid``, ``error_type``, one failure tag per
-ground-truth turn from :mod:`seal.tags`, turn counts and progress):
+ground-truth turn from :mod:`seal_shared.tags`, turn counts and progress):
 
 * a turn with ground-truth calls fails when the model made none (``empty_turn_model_response``),
   when the apps' public state differs from the ground truth's afterwards (``state_mismatch``), or

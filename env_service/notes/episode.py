@@ -1,10 +1,10 @@
 """The ``notes`` tasks, their store and the episode: the kit's, on a world of the task's apps.
 
-Protocol and interface evolution are :class:`env_service.kit.ToolEpisode`'s (the BFCL episode's
+Protocol and interface evolution are :class:`env_service.kit.ToolEpisode`'s (the release's BFCL
 protocol: ``<tool_call>`` JSON blocks parsed with the project's parser, ``<tool_response>``
 answers, a reply without calls ends the turn); the per-turn check is the kit's replay on fresh
 worlds (:mod:`env_service.notes.checker`). Params: the kit's :class:`~env_service.kit.InterfaceParams`
-(``rollout_mode``, ``max_steps_per_turn`` and the three interface-evolution blocks).
+(``rollout_mode``, ``max_steps_per_turn``, the output caps and the three interface-evolution blocks).
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Protocol
 
-from seal.tags import excluded_tags
-from seal.types import FailureTag
+from seal_shared.tags import excluded_tags
+from seal_shared.types import FailureTag
 
 if TYPE_CHECKING:
     from seal.advantage.weights import APatchConfig

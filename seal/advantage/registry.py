@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from seal.types import dataclass_from_mapping
+from seal_shared.types import dataclass_from_mapping
 
 __all__ = ["TAG_WEIGHTS", "Reweighter", "REWEIGHTERS", "register_reweighter", "unregister_reweighter"]
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seal.config_base import ConfigError, allows, check_fields
-from seal.tags import default_tag_weights, excluded_tags, known_tags
-from seal.types import dataclass_from_mapping
+from seal_shared.tags import default_tag_weights, excluded_tags, known_tags
+from seal_shared.types import dataclass_from_mapping
 
 __all__ = ["APPLY_MODES", "APatchConfig", "BudgetConfig", "DynamicConfig", "trajectory_scale"]
 
@@ -64,7 +64,7 @@ class APatchConfig:
     """A-Patch settings; defaults are the release's SEAL recipe.
 
     ``tag_weights`` given as a partial mapping is merged over the registered tags' default
-    weights (:func:`seal.tags.default_tag_weights`; the release lets each tag be overridden on
+    weights (:func:`seal_shared.tags.default_tag_weights`; the release lets each tag be overridden on
     its own). Keys must be registered tags or ``"unknown"``; a misspelled tag is an error rather
     than a silently ignored weight.
     """
@@ -111,7 +111,7 @@ def trajectory_scale(tags: Iterable[str], weights: Mapping[str, float], *, min_s
                      max_scale: float) -> float:
     """A-Patch scale of one episode: the mean tag weight over its turns, clipped.
 
-    Excluded tags (:func:`seal.tags.excluded_tags`) are dropped first (they judge the checker, not the policy);
+    Excluded tags (:func:`seal_shared.tags.excluded_tags`) are dropped first (they judge the checker, not the policy);
     a tag missing from ``weights`` counts as 1.0. With no tag left the scale is exactly 1.0.
     ``pass`` turns count (weight 1.0 by default), so a mostly-passing episode stays near 1,
     as in the release.

@@ -1,5 +1,5 @@
 """Diagnosis: the capability state and its statistics (the per-turn tag rule is the registry's,
-:func:`seal.tags.classify_turn`)."""
+:func:`seal_shared.tags.classify_turn`)."""
 
 from __future__ import annotations
 

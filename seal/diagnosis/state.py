@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from seal.types import UNKNOWN_TAG, FailureTag
+from seal_shared.types import UNKNOWN_TAG, FailureTag
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from seal.config_base import allows, check_fields
 from seal.diagnosis.state import BUCKETS, CapabilityState
-from seal.types import dataclass_from_mapping
+from seal_shared.types import dataclass_from_mapping
 
 # Error strings as the environment and BFCL's backends write them.
 _ERROR_PATTERNS = (

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from env_service.bfcl.executor import MULTI_TURN_CLASSES, backend_class
-from env_service.bfcl.executor import parse_call as parse_call_string
+from env_service.kit.calls import parse_call as parse_call_string
 from seal.eval.logs import read_log_file
 from seal.eval.stats import category_of, dedupe_latest
 

@@ -86,7 +86,7 @@ def roundtrip_records(per_category: int, seed: int = 0) -> list[ValidationRecord
     rng = random.Random(seed)
     records = []
     for cat in CATEGORIES:
-        ids = rng.sample(store.ids(cat), per_category)
+        ids = rng.sample(store.ids(category=cat), per_category)
         for n, tid in enumerate(ids):
             task = store.get(tid)
             kind = PERTURBATIONS[n % len(PERTURBATIONS)]

@@ -1,40 +1,11 @@
-"""Training-time interface evolution: observation hints, recovery feedback, guidelines.
+"""Interface evolution, the trainer's half: choosing the guideline lines from the capability state
+(:func:`select_guidelines`) and checking a config's interface blocks (:func:`check_interface_blocks`).
 
-All pure: the environment applies them per episode through :class:`EpisodeInterface`, built
-from the episode's ``params``; the trainer chooses guideline lines with
-:func:`select_guidelines` and sends them in ``params.diagnostic_evolution.lines``.
+The episode's half, which the environment applies (hints, feedback, guideline rendering), is
+:mod:`seal_shared.interface`.
 """
 
-from seal.interface.episode import (
-    ROLLOUT_MODES,
-    DiagnosticEvolutionParams,
-    EpisodeInterface,
-    ObservationLiteParams,
-    ToolFeedbackParams,
-)
-from seal.interface.feedback import FORMAT_EXAMPLES, parse_error_feedback, tool_error_feedback, tool_error_hint
-from seal.interface.guidelines import (
-    GUIDELINES_HEADER,
-    GuidelineConfig,
-    render_guidelines,
-    select_guidelines,
-)
-from seal.interface.observation import OBSERVATION_INSTRUCTION, observation_hints
+from seal.interface.blocks import check_interface_blocks
+from seal.interface.guidelines import select_guidelines
 
-__all__ = [
-    "FORMAT_EXAMPLES",
-    "GUIDELINES_HEADER",
-    "OBSERVATION_INSTRUCTION",
-    "ROLLOUT_MODES",
-    "DiagnosticEvolutionParams",
-    "EpisodeInterface",
-    "GuidelineConfig",
-    "ObservationLiteParams",
-    "ToolFeedbackParams",
-    "observation_hints",
-    "parse_error_feedback",
-    "render_guidelines",
-    "select_guidelines",
-    "tool_error_feedback",
-    "tool_error_hint",
-]
+__all__ = ["check_interface_blocks", "select_guidelines"]

@@ -15,7 +15,7 @@ from typing import Any
 
 from seal.config_base import allows, check_fields
 from seal.episode import EpisodeResult, Evaluation
-from seal.types import dataclass_from_mapping
+from seal_shared.types import dataclass_from_mapping
 
 REWARD_MODES = ("binary", "capped", "progress")
 

@@ -35,7 +35,7 @@ from seal.rewards import RewardConfig, episode_reward
 from seal.rollout.episode_loop import PROMPT_OVERFLOW, EpisodeState, Reply, play_episode
 from seal.rollout.settings import RolloutSettings
 from seal.rollout.tokens import ChatFormat, TokenTrace
-from seal.types import category_of
+from seal_shared.types import category_of
 
 log = logging.getLogger(__name__)
 

@@ -38,11 +38,12 @@ from omegaconf import DictConfig
 from seal.advantage import REWEIGHTERS, TAG_WEIGHTS, get_reweighter_spec
 from seal.config_base import ConfigError, to_plain
 from seal.diagnosis.state import CapabilityState
-from seal.plugins import load_plugins
-from seal.environment import env_params_block, episode_params
 from seal.diagnosis.stats import DiagnosisConfig, DiagnosisStats
+from seal.environment import env_params_block, episode_params
 from seal.episode import EpisodeResult
-from seal.interface.guidelines import GuidelineConfig, select_guidelines
+from seal.interface.guidelines import select_guidelines
+from seal_shared.interface.guidelines import GuidelineConfig
+from seal_shared.plugins import load_plugins
 
 logger = logging.getLogger(__name__)
 

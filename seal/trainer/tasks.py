@@ -12,8 +12,9 @@ from omegaconf import DictConfig
 
 from seal.config_base import REPO_ROOT, ConfigError, to_plain
 from seal.environment import environment, task_categories
-from seal.tags import known_tags, tag_definitions
-from seal.types import PaperLabel
+from seal.schema import WarmStartKeys
+from seal_shared.tags import known_tags, tag_definitions
+from seal_shared.types import PaperLabel
 
 logger = logging.getLogger(__name__)
 
@@ -84,12 +85,32 @@ def select_task_ids(cfg: DictConfig, split: str, *, prompt_tokens: Callable[[str
     return ids
 
 
+def _warm_start(cfg: Any) -> WarmStartKeys:
+    """The ``seal.warm_start`` block as read here (its value rules: ``seal.warm_start.WarmStartSettings``)."""
+    block = cfg.seal.get("warm_start") if cfg.get("seal") is not None else None
+    return WarmStartKeys(**dict(to_plain(block) or {}))
+
+
+def warm_start_task_ids(cfg: Any) -> list[str]:
+    """The supervised warm start's tasks: ``seal.warm_start.task_ids``, else the first ``max_tasks`` of the
+    environment's train split (all of it when null). Every id must be a training task of the environment."""
+    settings = _warm_start(cfg)
+    env = environment(cfg)
+    train = env.load_split("train")
+    ids = [str(t) for t in settings.task_ids] if settings.task_ids else list(train)
+    if settings.max_tasks:
+        ids = ids[: int(settings.max_tasks)]
+    outside = [t for t in ids if t not in set(train)]
+    if outside:
+        raise ConfigError(f"seal.warm_start.task_ids: {', '.join(outside[:5])} not in {env.name}'s train split; "
+                          "the warm start trains on training tasks only")
+    return ids
+
+
 def without_warm_start_tasks(cfg: DictConfig, ids: list[str]) -> list[str]:
     """``ids`` less the warm start's tasks when ``seal.warm_start.exclude_from_rl`` (the default), so
     that the RL curve is measured on tasks the warm start never imitated."""
-    from seal.warm_start.settings import WarmStartSettings, warm_start_task_ids
-
-    settings = WarmStartSettings.from_config(cfg)
+    settings = _warm_start(cfg)
     if not (settings.enable and settings.exclude_from_rl):
         return ids
     warm = set(warm_start_task_ids(cfg))
@@ -103,7 +124,7 @@ def without_warm_start_tasks(cfg: DictConfig, ids: list[str]) -> list[str]:
 def expand_tags(wanted: Sequence[str]) -> set[str]:
     """Failure-tag names for ``wanted``: each a registered tag (or the pseudo-tag ``unknown``),
     or a paper label (``invalid_tool_call``, ...) standing for the tags whose default paper label
-    it is (each tag's ``paper_label`` in :mod:`seal.tags`)."""
+    it is (each tag's ``paper_label`` in :mod:`seal_shared.tags`)."""
     tags = set(known_tags())
     labels = {str(label) for label in PaperLabel} - {str(PaperLabel.NONE)}
     out: set[str] = set()

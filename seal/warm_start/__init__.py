@@ -7,7 +7,7 @@ RL starts from a policy that sometimes succeeds. ``seal.warm_start`` configures 
 runs it once per fingerprint and points the run at the result.
 """
 
-from seal.warm_start.settings import WarmStartSettings, warm_start_task_ids
+from seal.warm_start.settings import WarmStartSettings
 from seal.warm_start.stage import prepare
 
-__all__ = ["WarmStartSettings", "prepare", "warm_start_task_ids"]
+__all__ = ["WarmStartSettings", "prepare"]

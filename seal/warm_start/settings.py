@@ -1,4 +1,4 @@
-"""``seal.warm_start``: the supervised warm start's settings and the tasks it trains on."""
+"""``seal.warm_start``: the supervised warm start's settings (its tasks: ``seal.trainer.tasks.warm_start_task_ids``)."""
 
 from __future__ import annotations
 
@@ -31,24 +31,6 @@ class WarmStartSettings(WarmStartKeys):
         """What changes the trained weights besides the data and the base model."""
         d = asdict(self)
         return {k: d[k] for k in ("epochs", "lr", "batch_size", "grad_clip", "seed")}
-
-
-def warm_start_task_ids(cfg: Any) -> list[str]:
-    """The warm start's tasks: ``task_ids``, else the first ``max_tasks`` of the environment's train
-    split (all of it when null). Every id must be a training task of the environment."""
-    from seal.environment import environment
-
-    settings = WarmStartSettings.from_config(cfg)
-    env = environment(cfg)
-    train = env.load_split("train")
-    ids = list(settings.task_ids) if settings.task_ids else list(train)
-    if settings.max_tasks:
-        ids = ids[: int(settings.max_tasks)]
-    outside = [t for t in ids if t not in set(train)]
-    if outside:
-        raise ConfigError(f"seal.warm_start.task_ids: {', '.join(outside[:5])} not in {env.name}'s train split; "
-                          "the warm start trains on training tasks only")
-    return ids
 
 
 def check_disjoint(warm_ids: list[str], val_ids: list[str]) -> None:

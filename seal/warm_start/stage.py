@@ -21,8 +21,8 @@ from typing import Any
 from omegaconf import DictConfig, open_dict
 
 from seal.config_base import ConfigError
-from seal.warm_start.settings import (WarmStartSettings, check_disjoint, default_output, fingerprint,
-                                      warm_start_task_ids)
+from seal.trainer.tasks import select_task_ids, warm_start_task_ids
+from seal.warm_start.settings import WarmStartSettings, check_disjoint, default_output, fingerprint
 from seal.warm_start.transcripts import Transcript, build_transcripts
 
 logger = logging.getLogger(__name__)
@@ -66,8 +66,6 @@ def prepare(cfg: DictConfig, *, val_ids: list[str] | None = None) -> DictConfig:
 
     warm_ids = warm_start_task_ids(cfg)
     if val_ids is None:
-        from seal.trainer.tasks import select_task_ids
-
         val_ids = select_task_ids(cfg, "val")
     check_disjoint(warm_ids, val_ids)
     base = model_path(cfg)

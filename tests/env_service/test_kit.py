@@ -1,23 +1,26 @@
 """The environment kit (``env_service.kit``): an environment that is only its tools, its tasks, its
-per-turn check and one registration; its own parser and tool-error rule; the evaluation builder's
-verdicts and tags; the tool box's safety; the registration's derived params check and blocks."""
+per-turn check and one registration; its own parser and tool-error rule; a world with its own
+executor, check and verdict (``tests/plugins/ledger_env.py``); the evaluation builder's verdicts and
+tags; the tool box's safety; the registration's derived params check and blocks."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 from env_service.client import EnvClient, EnvServiceError
 from env_service.kit import (
-    EpisodeParams, InterfaceParams, ParseResult, Task, TaskStore, ToolBox, ToolCall, ToolEpisode, TurnCheck,
-    build_evaluation, ground_truth_replies, register_tool_environment, tool_docs,
+    RESPONSE_MISMATCH, EpisodeParams, InterfaceParams, ParseResult, Task, TaskStore, ToolBox, ToolCall, ToolEpisode,
+    TurnCheck, build_evaluation, ground_truth_replies, register_tool_environment, tool_docs,
 )
-from env_service.registry import get_environment, unregister_environment
+from env_service.registry import Environment, get_environment, register_environment, unregister_environment
 
 
 class Counter:
@@ -55,6 +58,7 @@ TASKS = [Task(id="count_0", category="add", split="train", user_turns=["Add 2.",
          Task(id="count_1", category="read", split="val", user_turns=["Read it.", "Add 1."],
               gt_turns=[["read()"], ["add(amount=1)"]], tools=tool_docs([Counter]))]
 CALL = re.compile(r"CALL (\w+)\s*(\{.*?\})?$", re.M)
+PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
 
 
 class CounterEpisode(ToolEpisode):
@@ -115,6 +119,59 @@ def test_the_declared_tool_error_rule_drives_the_counts_and_hints(counter: str) 
         assert bad.observation.startswith("[ERROR] Invalid tool call format: bad arguments") and "[Hint]" in bad.observation
 
 
+@pytest.fixture
+def ledger(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+    """``tests/plugins/ledger_env.py`` imported fresh (it registers ``ledger``), unregistered after."""
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    sys.modules.pop("ledger_env", None)
+    try:
+        yield importlib.import_module("ledger_env")
+    finally:
+        unregister_environment("ledger")
+        sys.modules.pop("ledger_env", None)
+
+
+def _call(name: str, **arguments: object) -> str:
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+def test_a_world_with_its_own_executor_declares_its_tool_errors(ledger: ModuleType) -> None:
+    with EnvClient.in_process(env="ledger") as client:
+        for task in ledger.TASKS:
+            created = client.create(task.id, {"rollout_mode": "validate"})
+            for reply in ground_truth_replies(task):
+                out = client.step(created.instance_id, reply)
+            assert out.terminated and out.reward == 1.0, task.id
+        created = client.create("ledger_0", {"rollout_mode": "sample", "tool_feedback_evolution": {"enable": True}})
+        declined = client.step(created.instance_id, _call("transfer", source="bob", target="alice", amount=500))
+        # status 2 in plain text: a tool error because the engine said so, with the recovery hint
+        assert declined.info["tool_errors"] == 1 and declined.info["bfcl_error_type"] == "tool_error"
+        assert "declined: bob holds 20" in declined.observation and "[ToolHint]" in declined.observation
+        moved = client.step(created.instance_id, _call("transfer", source="alice", target="bob", amount=30))
+        assert moved.info["tool_errors"] == 0 and "[ToolHint]" not in moved.observation
+        result = client.evaluate(created.instance_id)
+        assert result["turns"][0]["errors"] == ["declined: bob holds 20"] and result["events"]["tool_errors"] == 1
+    world = ledger.LedgerWorld({"bob": 1})
+    assert world.run("audit()").error == "unknown" and world.run("balance('bob')").error == "unknown"
+    assert world.run("balance(account=bob)").error == "parse" and world.run("deposit(account='bob')").error == "arguments"
+
+
+def test_the_verdict_hook_and_model_turns(ledger: ModuleType) -> None:
+    """The ledger's own check reads ``model_turns``; its verdict hook passes a turn whose balances are
+    right though the model read back the wrong account (the default rule fails it)."""
+    episode = ledger.LedgerEpisode(ledger.TASKS[0], {})
+    for reply in [_call("transfer", source="alice", target="bob", amount=30), "Done.",
+                  _call("balance", account="alice"), "Done."]:
+        episode.step(reply)
+    assert episode.model_turns == [[["transfer(source='alice', target='bob', amount=30)"]],
+                                   [["balance(account='alice')"]]]
+    result = episode.evaluate(sparse=False)
+    assert result["valid"] and result["failure_tags"] == ["pass", "response_mismatch"]
+    default = build_evaluation(episode.checks(), played_turns=2)
+    assert not default["valid"] and default["error_type"] == RESPONSE_MISMATCH and default["failed_turn"] == 1
+    assert ledger.LedgerTask(id="x", category="c", split=None, user_turns=["a"], gt_turns=[[]]).balances == {}
+
+
 def test_plain_episode_params_honour_no_interface_block() -> None:
     class Plain(CounterEpisode):
         params_model = EpisodeParams
@@ -141,8 +198,8 @@ def test_build_evaluation_verdicts_and_tags() -> None:
     short = build_evaluation([ok, ok], played_turns=1)
     assert short["error_type"] == "multi_turn:force_terminated" and short["failed_turn"] is None
     assert short["passed_turns"] == 2 and short["progress"] == 1.0
-    custom = build_evaluation([ok], played_turns=1, judge=lambda e, k: ("mine", f"turn {k}"))
-    assert custom["error_message"] == "turn 0" and not custom["valid"]
+    custom = build_evaluation([ok], played_turns=1, judge=lambda check, k: ("mine", f"turn {k}", {"calls": 1}))
+    assert custom["error_message"] == "turn 0" and not custom["valid"] and custom["details"] == {"calls": 1}
 
 
 def test_tasks_and_tool_boxes_refuse_mistakes() -> None:
@@ -167,10 +224,17 @@ def test_tasks_and_tool_boxes_refuse_mistakes() -> None:
 
 
 def test_the_kit_host_path_names_only_kit_environments() -> None:
-    from env_service.host import load_host_factory
+    from env_service.host import EpisodeHost, load_host_factory
 
-    with pytest.raises(ValueError, match="not registered with env_service.kit"):
-        load_host_factory("env_service.kit.hosts:bfcl")()
+    assert get_environment("bfcl").host_factory == "env_service.kit.hosts:bfcl"  # BFCL is a kit environment
+    assert isinstance(load_host_factory("env_service.kit.hosts:bfcl")(), EpisodeHost)
+    register_environment(Environment(name="plain", host_factory="elsewhere:host", load_split=lambda split: [],
+                                     task_store=lambda: TaskStore(TASKS, env="plain")))
+    try:
+        with pytest.raises(ValueError, match="not registered with env_service.kit"):
+            load_host_factory("env_service.kit.hosts:plain")()
+    finally:
+        unregister_environment("plain")
     with pytest.raises(ValueError, match="unknown environment 'nowhere'"):
         load_host_factory("env_service.kit.hosts:nowhere")()
     import env_service.kit.hosts as hosts
@@ -180,14 +244,14 @@ def test_the_kit_host_path_names_only_kit_environments() -> None:
 
 
 def test_the_extending_guide_walks_through_the_plugin_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every code block of docs/extending.md's environment walk-through is tests/plugins/home_env.py's
-    code (``...`` marks a cut), and its experiment config composes with that module as its plug-in."""
+    """Every code block of docs/extending.md's environment walk-through is code of tests/plugins/home_env.py
+    or ledger_env.py (``...`` marks a cut), and its experiment config composes with home_env as its plug-in."""
     from seal.config import compose_config
 
     root = Path(__file__).resolve().parents[2]
     guide = (root / "docs" / "extending.md").read_text()
     section = guide[guide.index("## Adding an environment"):guide.index("## Adding a failure tag")]
-    source = (root / "tests" / "plugins" / "home_env.py").read_text()
+    source = "".join((root / "tests" / "plugins" / name).read_text() for name in ("home_env.py", "ledger_env.py"))
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
     assert len(blocks) >= 4
     for block in blocks:

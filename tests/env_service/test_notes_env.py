@@ -12,7 +12,7 @@ from env_service.notes.checker import World, check_episode
 from env_service.notes.episode import NotesEpisode, default_store, load_split
 from env_service.oracle import oracle_messages
 from env_service.registry import get_environment, known_environments
-from seal.types import FailureTag
+from seal_shared.types import FailureTag
 
 from live_service import running_service
 

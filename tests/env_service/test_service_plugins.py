@@ -74,7 +74,7 @@ def test_the_launcher_passes_seal_plugins_to_the_service_it_starts(monkeypatch, 
     import launcher
     import seal.trainer.local as local
     from seal.advantage.registry import unregister_reweighter
-    from seal.tags import unregister_tag
+    from seal_shared.tags import unregister_tag
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(PLUGIN_DIR))  # the trainer side imports it from seal.plugins

@@ -64,7 +64,7 @@ def test_call_conversion_names_positional_arguments():
 @pytest.mark.parametrize("category", CATEGORIES)
 def test_export_agrees_with_bfcl_checker_and_ours(tmp_path, store, category):
     rng = random.Random(sum(map(ord, category)))
-    ids = rng.sample(store.ids(category), len(PERTURBATIONS))
+    ids = rng.sample(store.ids(category=category), len(PERTURBATIONS))
     records, expected = [], {}
     for n, tid in enumerate(ids):
         task = store.get(tid)

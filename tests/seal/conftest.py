@@ -9,7 +9,7 @@ import pytest
 
 from seal.advantage.registry import unregister_reweighter
 from seal.config import REPO_ROOT
-from seal.tags import unregister_tag
+from seal_shared.tags import unregister_tag
 
 SMOLLM2_DIR = REPO_ROOT / "models" / "SmolLM2-135M-Instruct"
 

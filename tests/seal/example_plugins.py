@@ -10,8 +10,8 @@ import torch
 
 from seal.advantage import register_reweighter
 from seal.config_base import allows, check_fields
-from seal.tags import TagDefinition, TurnEvidence, register_tag
-from seal.types import PaperLabel
+from seal_shared.tags import TagDefinition, TurnEvidence, register_tag
+from seal_shared.types import PaperLabel
 
 
 def _tool_names(calls: tuple[str, ...]) -> Counter[str]:

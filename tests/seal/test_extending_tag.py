@@ -8,12 +8,13 @@ import torch
 from omegaconf import OmegaConf
 
 from env_service.bfcl.checker import check_episode
-from env_service.bfcl.tasks import TaskStore
+from env_service.bfcl.tasks import load_store
 from seal.advantage import APatchConfig, apatch_reweight, prepare_tag_weights
 from seal.config import REPO_ROOT, ConfigError, compose_config, validate_config
 from seal.diagnosis import CapabilityState, DiagnosisStats
-from seal.interface.guidelines import GuidelineConfig, select_guidelines
-from seal.tags import known_tags
+from seal.interface.guidelines import select_guidelines
+from seal_shared.interface.guidelines import GuidelineConfig
+from seal_shared.tags import known_tags
 
 # Turn 0 of multi_turn_base_0 needs cd, mkdir and mv; the model only makes the folder.
 MISSED = [[["mkdir(dir_name='temp')"]], [], [], []]
@@ -21,7 +22,7 @@ MISSED = [[["mkdir(dir_name='temp')"]], [], [], []]
 
 @pytest.fixture(scope="module")
 def task():
-    return TaskStore.load().get("multi_turn_base_0")
+    return load_store().get("multi_turn_base_0")
 
 
 def test_without_the_plugin_the_turn_is_a_state_mismatch(task) -> None:

@@ -14,7 +14,8 @@ import pytest
 from env_service.client import EnvClient, EnvServiceError
 from env_service.registry import Environment, get_environment, register_environment, unregister_environment
 from seal.config import ConfigError, compose_config
-from seal.interface.blocks import INTERFACE_BLOCKS, block_keys, check_interface_blocks
+from seal.interface.blocks import check_interface_blocks
+from seal_shared.interface.blocks import INTERFACE_BLOCKS, block_keys
 
 PLUGIN_DIR = Path(__file__).resolve().parents[1] / "plugins"
 CONF = str(PLUGIN_DIR / "home.yaml")

@@ -20,8 +20,8 @@ from seal.advantage import (
 )
 from apatch_reference import apatch_reweight_reference
 from seal.diagnosis import CapabilityState
-from seal.tags import default_tag_weights, excluded_tags
-from seal.types import UNKNOWN_TAG, FailureTag
+from seal_shared.tags import default_tag_weights, excluded_tags
+from seal_shared.types import UNKNOWN_TAG, FailureTag
 
 T = FailureTag
 DEFAULT_TAG_WEIGHTS, EXCLUDED_TAGS = default_tag_weights(), excluded_tags()  # the release's (no plug-in yet)

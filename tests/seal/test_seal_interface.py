@@ -6,7 +6,7 @@ import json
 import pytest
 
 from seal.diagnosis import CapabilityState
-from seal.interface import (
+from seal_shared.interface import (
     GUIDELINES_HEADER,
     OBSERVATION_INSTRUCTION,
     EpisodeInterface,
@@ -14,11 +14,11 @@ from seal.interface import (
     observation_hints,
     parse_error_feedback,
     render_guidelines,
-    select_guidelines,
     tool_error_feedback,
     tool_error_hint,
 )
-from seal.types import FailureTag
+from seal.interface import select_guidelines
+from seal_shared.types import FailureTag
 
 T = FailureTag
 TOOLS = [

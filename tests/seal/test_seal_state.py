@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from seal.diagnosis import CapabilityState, CapabilityStateError, dominant_tag, turn_position
-from seal.types import UNKNOWN_TAG, FailureTag
+from seal_shared.types import UNKNOWN_TAG, FailureTag
 
 T = FailureTag
 CAT = "multi_turn_base"
@@ -143,7 +143,7 @@ def test_failed_save_leaves_previous_file(tmp_path: Path, monkeypatch: pytest.Mo
 _CHILD = r"""
 import os, sys, time
 from seal.diagnosis import CapabilityState
-from seal.types import FailureTag
+from seal_shared.types import FailureTag
 marker = sys.argv[2]
 real_fsync = os.fsync
 def slow_fsync(fd):

@@ -5,7 +5,7 @@ from collections import Counter
 import pytest
 
 from seal.diagnosis import CapabilityState, DiagnosisConfig, DiagnosisStats, extract_error_messages
-from seal.types import FailureTag
+from seal_shared.types import FailureTag
 
 T = FailureTag
 

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from seal.tags import (
+from seal_shared.tags import (
     TagDefinition,
     TurnEvidence,
     classify_turn,
@@ -21,7 +21,7 @@ from seal.tags import (
     tag_definitions,
     unregister_tag,
 )
-from seal.types import UNKNOWN_TAG, FailureTag, PaperLabel
+from seal_shared.types import UNKNOWN_TAG, FailureTag, PaperLabel
 
 T = FailureTag
 

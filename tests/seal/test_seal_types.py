@@ -1,12 +1,12 @@
-"""The tag vocabulary is exhaustive and consistent (each release tag registered in ``seal.tags``
+"""The tag vocabulary is exhaustive and consistent (each release tag registered in ``seal_shared.tags``
 with its weight, description and paper label); config helpers reject typos."""
 
 from dataclasses import dataclass
 
 import pytest
 
-from seal.tags import default_tag_weights, excluded_tags, get_tag, guideline_excluded_tags
-from seal.types import (
+from seal_shared.tags import default_tag_weights, excluded_tags, get_tag, guideline_excluded_tags
+from seal_shared.types import (
     PAPER_LABEL_DESCRIPTIONS,
     UNKNOWN_TAG,
     FailureTag,
@@ -82,8 +82,22 @@ def test_core_imports_without_torch() -> None:
     import sys
 
     code = (
-        "import sys, seal.types, seal.diagnosis, seal.interface, seal.rewards, seal.advantage;"
+        "import sys, seal_shared.types, seal_shared.tags, seal_shared.interface, seal_shared.plugins, seal.diagnosis,"
+        " seal.interface, seal.rewards, seal.advantage;"
         "from seal.advantage import APatchConfig, update_dynamic_weights;"
         "assert 'torch' not in sys.modules, 'torch was imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_the_paths_the_extending_guide_first_gave_are_the_shared_objects():
+    """``seal.tags`` / ``seal.types`` (docs/extending.md's former paths) name ``seal_shared``'s objects,
+    so a research plug-in written against them registers into the one registry."""
+    import seal.tags
+    import seal.types
+    import seal_shared.tags
+    import seal_shared.types
+
+    for alias, home in ((seal.tags, seal_shared.tags), (seal.types, seal_shared.types)):
+        assert alias.__all__ and all(getattr(alias, n) is getattr(home, n) for n in alias.__all__)
+    assert set(seal.tags.__all__) == set(seal_shared.tags.__all__)

@@ -15,7 +15,7 @@ import pytest
 
 from env_service.bfcl.episode import BfclEpisode
 from env_service.bfcl.tasks import default_store
-from seal.interface import GUIDELINES_HEADER, OBSERVATION_INSTRUCTION
+from seal_shared.interface import GUIDELINES_HEADER, OBSERVATION_INSTRUCTION
 
 TASKS = ["multi_turn_base_0", "multi_turn_miss_func_0", "multi_turn_miss_param_1", "multi_turn_long_context_2"]
 GUIDELINE = "Check every argument before calling."

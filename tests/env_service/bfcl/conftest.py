@@ -6,12 +6,13 @@ from typing import Any, Callable
 
 import pytest
 
-from env_service.bfcl.tasks import Task, TaskStore
+from env_service.bfcl.tasks import BfclTask, load_store
+from env_service.kit import TaskStore
 from env_service.oracle import oracle_for_task
 
 
 class InertInterface:
-    """A stand-in for ``seal.interface.EpisodeInterface`` with every part switched off."""
+    """A stand-in for ``seal_shared.interface.EpisodeInterface`` with every part switched off."""
 
     def transform_tools(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [dict(t) for t in tools]
@@ -49,7 +50,7 @@ class RecordingInterface(InertInterface):
 @pytest.fixture(scope="session")
 def store() -> TaskStore:
     """The four categories plus the retired composite set."""
-    return TaskStore.load(include_composite=True)
+    return load_store(include_composite=True)
 
 
 @pytest.fixture
@@ -62,7 +63,7 @@ def recording() -> RecordingInterface:
     return RecordingInterface()
 
 
-def oracle_messages(task: Task) -> list[str] | None:
+def oracle_messages(task: BfclTask) -> list[str] | None:
     """Assistant messages replaying the ground truth (``env_service.oracle``): each turn's calls in
     one message, then a plain reply. ``None`` when a ground-truth call is not valid Python
     (composite data bugs)."""
@@ -73,5 +74,5 @@ def oracle_messages(task: Task) -> list[str] | None:
 
 
 @pytest.fixture(scope="session")
-def oracle() -> Callable[[Task], list[str] | None]:
+def oracle() -> Callable[[BfclTask], list[str] | None]:
     return oracle_messages

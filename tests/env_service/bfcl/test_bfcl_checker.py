@@ -7,8 +7,8 @@ import json
 import pytest
 
 from env_service.bfcl.checker import check_episode
-from seal.tags import TurnEvidence, classify_turn
-from seal.types import FailureTag as T
+from seal_shared.tags import TurnEvidence, classify_turn
+from seal_shared.types import FailureTag as T
 
 _OK = dict(gt_error=False, gt_empty=False, model_called=True, model_empty=False, instances_match=True,
            state_valid=True, response_valid=True)

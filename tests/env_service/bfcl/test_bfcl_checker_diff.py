@@ -20,9 +20,10 @@ from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
 from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
 
 from env_service.bfcl.checker import check_episode
-from env_service.bfcl.executor import backend_class, parse_call
+from env_service.bfcl.executor import backend_class
+from env_service.kit import parse_call
 from env_service.bfcl.tasks import CATEGORIES
-from seal.types import FailureTag
+from seal_shared.types import FailureTag
 
 _names = itertools.count()
 
@@ -107,7 +108,7 @@ def test_checker_agrees_with_bfcl_on_oracles_and_perturbations(store):
     disagreements = []
     outcomes: Counter = Counter()
     for category in CATEGORIES:
-        for tid in store.ids(category):
+        for tid in store.ids(category=category):
             task = store.get(tid)
             variants = [("oracle", [[turn] if turn else [] for turn in task.gt_turns])]
             variants += [(kind, perturb(kind, task, rng)) for kind in rng.sample(KINDS, 5)]

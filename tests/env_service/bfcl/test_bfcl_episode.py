@@ -7,8 +7,9 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from env_service.bfcl.episode import BfclEpisode, EpisodeParams, EpisodeTerminatedError
-from env_service.bfcl.prompts import CONVERSATION_COMPLETED, MISS_FUNC_SENTENCE
+from env_service.bfcl.episode import MISS_FUNC_SENTENCE, BfclEpisode, BfclParams
+from env_service.kit import EpisodeTerminatedError
+from env_service.kit.prompts import CONVERSATION_COMPLETED
 
 
 def call(name: str, **arguments) -> str:
@@ -71,7 +72,7 @@ def test_turns_advance_and_the_episode_completes(store, inert):
         assert out.observation == task.entry["question"][k][0]["content"] and ep.turn == k
     out = ep.step("Bye.")
     assert out.observation == CONVERSATION_COMPLETED and out.terminated and ep.completed
-    assert out.reward == 0.0 and ep.evaluate() == 0.0
+    assert ep.evaluate() == 0.0  # the host scores a finished episode with evaluate(sparse=True)
     with pytest.raises(EpisodeTerminatedError, match="terminated"):
         ep.step("more")
     assert issubclass(EpisodeTerminatedError, ValueError)  # a caller error: the service answers 4xx
@@ -117,7 +118,7 @@ def test_terminate_on_parse_error_forces_zero(store, inert, oracle):
     ep = episode(store, inert, terminate_on_parse_error=True)
     out = ep.step("<tool_call>nope</tool_call>")
     assert out.terminated and out.observation == CONVERSATION_COMPLETED
-    assert out.info["bfcl_force_zero_reward"] and out.reward == 0.0
+    assert out.info["bfcl_force_zero_reward"] and ep.evaluate() == 0.0
     assert ep.evaluate(sparse=False)["valid"] is False
 
 
@@ -134,7 +135,7 @@ def test_full_evaluation_dict(store, inert, oracle):
     ep.step(call("cd", folder="no_such_dir"))
     for text in oracle(task):
         out = ep.step(text)
-    assert out.terminated and out.reward == 1.0
+    assert out.terminated and ep.evaluate() == 1.0
     result = ep.evaluate(sparse=False)
     json.dumps(result)  # JSON-safe
     assert result["valid"] and result["accuracy"] == 1.0 and result["error_type"] is None
@@ -164,6 +165,21 @@ def test_failed_episode_is_diagnosed_per_turn(store, inert):
     assert result["passed_turns"] == 0 and result["irrelevance_turns"] == 1
 
 
+def test_the_episode_verdict_is_the_checkers(store, inert):
+    """The episode judges with BFCL's checker (its verdict hook): error type, message, failed turn and
+    details equal check_episode's on the same calls, where the kit's default rule words them otherwise."""
+    from env_service.bfcl.checker import check_episode
+
+    task = store.get("multi_turn_miss_param_0")
+    ep = BfclEpisode(task, {}, interface=inert)
+    while not ep.terminated:
+        ep.step(call("pwd") if ep.steps_in_turn == 0 else "next")
+    checker = check_episode(ep.model_turns, task.gt_turns, task.entry).to_dict()
+    result = ep.evaluate(sparse=False)
+    assert {k: result[k] for k in checker} == checker
+    assert checker["details"]["differences"] and "does not match" in checker["error_message"]
+
+
 def test_interface_parts_reach_the_text(store, recording):
     ep = episode(store, recording)
     system = ep.reset()[0]["content"]
@@ -184,21 +200,21 @@ def test_other_parser_modes_and_lenient_parsing(store, inert):
 
 
 def test_params_validation():
-    assert EpisodeParams().enforce_available_tools is True and EpisodeParams().max_steps_per_turn == 20
-    assert EpisodeParams(tool_call_parser="toolace_fc").tool_call_parser == "python_list"
-    EpisodeParams.model_validate({"data_path": "x", "model_name": "m", "sparse": True})
+    assert BfclParams().enforce_available_tools is True and BfclParams().max_steps_per_turn == 20
+    assert BfclParams(tool_call_parser="toolace_fc").tool_call_parser == "python_list"
+    BfclParams.model_validate({"data_path": "x", "model_name": "m", "sparse": True})
     with pytest.raises(ValidationError, match="unknown episode params key\\(s\\): colour"):
-        EpisodeParams.model_validate({"colour": "red"})
+        BfclParams.model_validate({"colour": "red"})
     with pytest.raises(ValidationError, match="tool_call_parser"):
-        EpisodeParams(tool_call_parser="yaml")
+        BfclParams(tool_call_parser="yaml")
     with pytest.raises(ValidationError, match="tool_prompt_mode"):
-        EpisodeParams(tool_prompt_mode="llama4_fc")
+        BfclParams(tool_prompt_mode="llama4_fc")
     with pytest.raises(ValidationError):
-        EpisodeParams(max_steps_per_turn=0)
+        BfclParams(max_steps_per_turn=0)
 
 
 def test_real_interface_wiring(store):
-    pytest.importorskip("seal.interface")
+    pytest.importorskip("seal_shared.interface")
     task = store.get("multi_turn_base_0")
     lite = {"observation_lite": {"enable": True}}
     train = BfclEpisode(task, {**lite, "rollout_mode": "sample"}).reset()[0]["content"]

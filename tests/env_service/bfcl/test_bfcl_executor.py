@@ -7,9 +7,8 @@ import threading
 
 import pytest
 
-from env_service.bfcl.executor import (
-    BLOCKED_NAMES, CallParseError, Executor, ParsedCall, format_result, parse_call,
-)
+from env_service.bfcl.executor import BLOCKED_NAMES, Executor, format_result
+from env_service.kit import CallParseError, ParsedCall, parse_call
 from env_service.bfcl.limits import CallTimeout, time_budget
 
 
@@ -136,7 +135,7 @@ def test_instances_are_fresh_and_module_defaults_untouched(store):
 
 
 def test_long_context_weather_results_are_per_episode_under_threads(store):
-    tid = next(t for t in store.ids("multi_turn_long_context")
+    tid = next(t for t in store.ids(category="multi_turn_long_context")
                if "VehicleControlAPI" in store.get(t).involved_classes)
     n = 300
 

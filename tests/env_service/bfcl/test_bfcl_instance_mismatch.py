@@ -6,8 +6,8 @@ from __future__ import annotations
 from env_service.bfcl.checker import check_episode
 from env_service.bfcl.episode import BfclEpisode
 from env_service.oracle import ORACLE_REPLY, tool_call_message
-from seal.tags import TurnEvidence, classify_turn
-from seal.types import FailureTag
+from seal_shared.tags import TurnEvidence, classify_turn
+from seal_shared.types import FailureTag
 
 _OK = dict(gt_error=False, gt_empty=False, model_called=True, model_empty=False, instances_match=True,
            state_valid=True, response_valid=True)

@@ -14,7 +14,8 @@ import pytest
 
 from env_service.bfcl.episode import BfclEpisode
 from env_service.bfcl.executor import Executor
-from env_service.bfcl.limits import CallTimeout, time_budget, truncate
+from env_service.bfcl.limits import CallTimeout, time_budget
+from env_service.kit.episode import truncate
 
 SLOW_VALID_CALLS = [
     "square_root(number=2, precision=10000000)",
@@ -131,7 +132,7 @@ def test_default_caps_bound_the_amplification(store, inert):
 
 def test_a_message_of_slow_calls_stops_at_the_step_budget(store, inert, monkeypatch):
     """Calls left when the step's budget is spent are refused, not run and not replayed by the checker."""
-    import env_service.bfcl.episode as episode_mod
+    import env_service.kit.episode as episode_mod
 
     monkeypatch.setattr(episode_mod, "STEP_TIME_BUDGET_S", 0.3)
     ep = BfclEpisode(store.get("multi_turn_base_0"), {}, interface=inert)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from env_service.bfcl.checker import check_episode
 from env_service.bfcl.episode import BfclEpisode
-from env_service.bfcl.executor import CallParseError, parse_call
+from env_service.kit import CallParseError, parse_call
 from env_service.bfcl.tasks import CATEGORIES
 
 
@@ -60,7 +60,7 @@ def _has_unparseable_gt(task) -> bool:
 
 
 def test_composite_ground_truth_passes_in_process(store):
-    ids = store.ids("multi_turn_composite")
+    ids = store.ids(category="multi_turn_composite")
     assert len(ids) == 200
     for tid in ids:
         task = store.get(tid)
@@ -73,6 +73,6 @@ def test_composite_episode_oracle_fails_only_where_gt_is_not_python(store, oracl
     # 16 composite tasks contain ground-truth strings that are not valid Python (BFCL scores
     # them as execution errors on both sides); a JSON tool call cannot reproduce those.
     passed, failed = _failures(store, oracle, inert, False, lambda c: c == "multi_turn_composite")
-    broken = sorted(t for t in store.ids("multi_turn_composite") if _has_unparseable_gt(store.get(t)))
+    broken = sorted(t for t in store.ids(category="multi_turn_composite") if _has_unparseable_gt(store.get(t)))
     assert sorted(failed) == broken
     assert len(broken) == 16 and passed == 184

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from env_service.bfcl.parsers import NO_VALID_BLOCK, ToolCall, parse_tool_calls
+from env_service.kit.parsers import NO_VALID_BLOCK, ToolCall, parse_tool_calls
 
 
 def block(body: str) -> str:

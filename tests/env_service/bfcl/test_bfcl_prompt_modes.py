@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from env_service.bfcl.episode import BfclEpisode, EpisodeParams
-from env_service.bfcl.prompts import INVALID_TOOL_CALL_PREFIX
+from env_service.bfcl.episode import BfclEpisode, BfclParams
+from env_service.kit.prompts import INVALID_TOOL_CALL_PREFIX
 from env_service.client import EnvClient
 from env_service.oracle import ORACLE_REPLY, call_to_json
 
@@ -46,14 +46,14 @@ def oracle(task: Any, mode: str) -> list[str]:
 
 # ----- rendering ------------------------------------------------------------------------------
 def test_params_pair_parser_and_results_with_the_prompt_mode():
-    assert (EpisodeParams().tool_call_parser, EpisodeParams().tool_result_mode) == ("xml_json", "bfcl_tool_response")
-    llama = EpisodeParams(tool_prompt_mode="llama31_official_fc")
+    assert (BfclParams().tool_call_parser, BfclParams().tool_result_mode) == ("xml_json", "bfcl_tool_response")
+    llama = BfclParams(tool_prompt_mode="llama31_official_fc")
     assert (llama.tool_call_parser, llama.tool_result_mode, llama.observation_role) == \
         ("llama3_json", "llama31_official", "ipython")
-    ace = EpisodeParams(tool_prompt_mode="toolace_fc")
+    ace = BfclParams(tool_prompt_mode="toolace_fc")
     assert (ace.tool_call_parser, ace.tool_result_mode, ace.observation_role) == \
         ("python_list", "toolace_official_prompt", "ipython")
-    explicit = EpisodeParams(tool_prompt_mode="toolace_fc", tool_call_parser="xml_json",
+    explicit = BfclParams(tool_prompt_mode="toolace_fc", tool_call_parser="xml_json",
                              tool_result_mode="bfcl_tool_response")
     assert (explicit.tool_call_parser, explicit.observation_role) == ("xml_json", "user")  # an explicit key wins
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from env_service.bfcl.episode import EpisodeParams
+from env_service.bfcl.episode import BfclParams
 from env_service.client import EnvClient
-from seal.interface import EpisodeInterface
+from seal_shared.interface import EpisodeInterface
 
 TASK = "multi_turn_base_0"
 HINTS_ON = {
@@ -24,7 +24,7 @@ def client():
 
 
 def test_defaults_are_the_evaluation_interface():
-    assert EpisodeParams().rollout_mode == "validate"
+    assert BfclParams().rollout_mode == "validate"
     assert EpisodeInterface.from_params({**HINTS_ON}, category="multi_turn_base").active == {
         "observation_lite": False, "tool_feedback_evolution": False, "diagnostic_evolution": False}
     assert EpisodeInterface(category="multi_turn_base").is_validation

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from env_service.bfcl import tasks as tasks_mod
-from env_service.bfcl.tasks import CATEGORIES, PYTHON_NOTE, TaskStore, bfcl_data_dir, load_split
+from env_service.bfcl.tasks import CATEGORIES, PYTHON_NOTE, bfcl_data_dir, load_split, load_store
 
 
 def _package_docs(cls: str) -> list[dict]:
@@ -19,17 +19,17 @@ def _package_docs(cls: str) -> list[dict]:
 
 
 def test_store_holds_800_tasks_200_per_category():
-    store = TaskStore.load()
+    store = load_store()
     assert len(store) == 800
     for category in CATEGORIES:
-        ids = store.ids(category)
+        ids = store.ids(category=category)
         assert len(ids) == 200
         assert all(store.get(i).category == category for i in ids)
 
 
 def test_composite_is_an_optional_extra(store):
-    assert len(store.ids("multi_turn_composite")) == 200
-    assert "multi_turn_composite_0" not in TaskStore.load()
+    assert len(store.ids(category="multi_turn_composite")) == 200
+    assert "multi_turn_composite_0" not in load_store()
     assert store.get("multi_turn_composite_0").long_context  # BFCL pads composite like long_context
 
 
@@ -49,7 +49,7 @@ def test_tools_are_built_as_bfcl_builds_them(store):
 
 
 def test_miss_func_docs_are_held_out_until_their_turn(store):
-    for tid in store.ids("multi_turn_miss_func"):
+    for tid in store.ids(category="multi_turn_miss_func"):
         task = store.get(tid)
         missed = task.entry["missed_function"]
         assert sorted(task.held_out) == sorted(int(k) for k in missed)
@@ -73,7 +73,7 @@ def test_splits_match_the_parquet_files():
     assert (len(train), len(val), len(test), len(ev)) == (400, 100, 300, 400)
     assert set(ev) == set(val) | set(test)
     assert not set(train) & set(ev)
-    store = TaskStore.load()
+    store = load_store()
     assert set(train) | set(ev) == set(store.ids())
     # The split is by scenario index: index k is in the same split in every category.
     idx = {tid.rsplit("_", 1)[1] for tid in val}

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from env_service.bfcl.parsers import parse_tool_calls
+from env_service.kit.parsers import parse_tool_calls
 from env_service.bfcl.tasks import default_store
 from seal.rollout.oracle_server import AFTER_THE_LAST, OracleServer, oracle_messages_for
 

@@ -12,7 +12,7 @@ from seal.rollout.episode_loop import CONTEXT_OVERFLOW, LLM_ERROR, MAX_LLM_CALLS
 from seal.episode import EpisodeResult
 from seal.rollout.tokens import ChatFormat, render
 from seal.schema import default_config
-from seal.types import FailureTag
+from seal_shared.types import FailureTag
 
 # multi_turn_base_100 (TradingBot): turn 1 get_stock_info(symbol='NVDA'); turn 2 fund_account(amount=2203.4).
 TASK = "multi_turn_base_100"

@@ -17,7 +17,7 @@ import torch
 from seal.config import REPO_ROOT, compose_config
 from seal.episode import EpisodeResult, Evaluation
 from seal.rewards import RewardConfig, episode_reward
-from seal.types import FailureTag
+from seal_shared.types import FailureTag
 
 FAILURE_TAGS = [FailureTag.STATE_MISMATCH, FailureTag.SPURIOUS_TOOL_CALL, FailureTag.INSTANCE_MISMATCH,
                 FailureTag.RESPONSE_MISMATCH]

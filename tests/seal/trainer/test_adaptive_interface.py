@@ -14,9 +14,9 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from seal.config import REPO_ROOT, compose_config
-from seal.interface.episode import EpisodeInterface
-from seal.interface.guidelines import DEFAULT_GUIDELINES, GUIDELINES_HEADER
-from seal.types import FailureTag
+from seal_shared.interface.episode import EpisodeInterface
+from seal_shared.interface.guidelines import DEFAULT_GUIDELINES, GUIDELINES_HEADER
+from seal_shared.types import FailureTag
 
 ADAPTIVE = REPO_ROOT / "exp" / "extensions" / "adaptive_interface.yaml"
 TRAIN = ["multi_turn_base_1", "multi_turn_base_2", "multi_turn_miss_func_3", "multi_turn_miss_param_4"]

@@ -14,7 +14,7 @@ from seal.config import REPO_ROOT, compose_config, validate_config
 from seal.diagnosis.state import CapabilityState
 from seal.episode import EpisodeResult, Evaluation
 from seal.trainer.coevolution import HOOKS_FILE, STATE_FILE, CoEvolution
-from seal.types import FailureTag
+from seal_shared.types import FailureTag
 
 SEAL_YAML = REPO_ROOT / "exp" / "SEAL.yaml"
 

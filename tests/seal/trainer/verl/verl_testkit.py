@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from seal.episode import FIELD_NAMES
-from seal.types import FailureTag
+from seal_shared.types import FailureTag
 
 TASKS = ["multi_turn_base_3", "multi_turn_miss_func_7"]
 N_ROLLOUTS = 4

@@ -15,10 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from seal.interface.feedback import parse_error_feedback, tool_error_feedback
-from seal.interface.guidelines import EPISODE_KEYS, GuidelineConfig, render_guidelines
-from seal.interface.observation import OBSERVATION_INSTRUCTION, observation_hints
-from seal.types import dataclass_from_mapping
+from seal_shared.interface.feedback import parse_error_feedback, tool_error_feedback
+from seal_shared.interface.guidelines import EPISODE_KEYS, GuidelineConfig, render_guidelines
+from seal_shared.interface.observation import OBSERVATION_INSTRUCTION, observation_hints
+from seal_shared.types import dataclass_from_mapping
 
 # ``sample``: a training episode (the interface parts may apply); ``validate``: the untouched interface.
 ROLLOUT_MODES = ("sample", "validate")
@@ -52,7 +52,7 @@ class ToolFeedbackParams:
 class DiagnosticEvolutionParams:
     """``params.diagnostic_evolution``: guideline lines chosen by the trainer for this episode.
 
-    The block may also carry :class:`~seal.interface.guidelines.GuidelineConfig` keys (the
+    The block may also carry :class:`~seal_shared.interface.guidelines.GuidelineConfig` keys (the
     trainer's selection thresholds); they are checked and ignored here.
     """
 

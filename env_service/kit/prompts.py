@@ -1,4 +1,4 @@
-"""Prompt and observation text of the BFCL episode, in the release's three prompt modes.
+"""Prompt and observation text of the kit's episodes, in the release's three prompt modes.
 
 * ``bfcl_qwen_fc`` (default): the system prompt is Qwen2.5's native tool preamble with the task's
   BFCL func docs, one ``json.dumps(doc)`` per line inside ``<tools>``; tool results come back as
@@ -35,8 +35,6 @@ PROMPT_MODE_PAIRS: dict[str, tuple[str, str]] = {
 
 CONVERSATION_COMPLETED = "[CONVERSATION_COMPLETED]"
 INVALID_TOOL_CALL_PREFIX = "[ERROR] Invalid tool call format: "
-# BFCL's DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC (constants/default_prompts.py).
-MISS_FUNC_SENTENCE = "I have updated some more functions you can choose from. What about now?"
 
 _QWEN_TOOLS_HEADER = (
     "# Tools\n\n"
@@ -164,13 +162,3 @@ def render_invalid_tool_call(reason: str, feedback: str = "") -> str:
     if feedback:
         text += "\n" + feedback.strip()
     return text
-
-
-def render_revealed_functions(docs: list[dict[str, Any]]) -> str:
-    """BFCL's prompting-style hold-out turn: the docs' Python ``str()``, a newline, the sentence."""
-    return str(docs) + "\n" + MISS_FUNC_SENTENCE
-
-
-def call_to_string(name: str, arguments: dict[str, Any]) -> str:
-    """A tool call as the executor's call string, ``name(k=repr(v), ...)`` (BFCL's FC decoding)."""
-    return f"{name}(" + ", ".join(f"{k}={v!r}" for k, v in arguments.items()) + ")"

@@ -1,0 +1,16 @@
+"""What the trainer (``seal``) and the environments (``env_service``) both need, depending on neither.
+
+* :mod:`seal_shared.types`: the failure-tag vocabulary (``FailureTag``, ``PaperLabel``) and the small
+  records and helpers that carry it;
+* :mod:`seal_shared.tags`: the failure-tag registry (definitions, evidence rules, weights, guideline
+  lines) that an environment's checker tags turns with and the trainer reweights by;
+* :mod:`seal_shared.interface`: the episode's half of interface evolution (observation hints, recovery
+  hints, guideline rendering, the params blocks), which an environment applies per episode;
+* :mod:`seal_shared.plugins`: importing the research plug-in modules that register tags, reweighters
+  or environments.
+
+Dependencies run one way: ``seal -> env_service`` (through its client) and both ``-> seal_shared``.
+"""
+
+# The environment client's request timeout (seconds): the client's default and the config's.
+DEFAULT_TIMEOUT_S = 60.0
