@@ -45,7 +45,11 @@ class RunResult:
     skipped_updates: int = 0
     val_before: float | None = None
     val_after: float | None = None
+    val_scores_before: dict[str, float] = field(default_factory=dict)
     val_scores_after: dict[str, float] = field(default_factory=dict)
+    # With seal.local.sampled_validation_n: each task's pass fraction over its sampled episodes.
+    sampled_before: dict[str, float] = field(default_factory=dict)
+    sampled_after: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
     returncode: int = 0
 
@@ -81,11 +85,25 @@ def read_run(exp_dir: Path, variant: str, seed: int) -> RunResult:
             done = int(m.get("actor/num_updates", 0)) - int(m.get("actor/skipped_updates", 0))
             res.updates += done
             res.skipped_updates += int(m.get("actor/skipped_updates", 0)) + (0 if "actor/num_updates" in m else 1)
-    logs = sorted((exp_dir / "validation_log").glob("*.jsonl"), key=lambda p: int(p.stem))
-    if logs:
-        rows = [json.loads(line) for line in logs[-1].read_text().splitlines() if line.strip()]
-        res.val_scores_after = {r["task_id"]: float(r["score"]) for r in rows}
+    res.val_scores_before, res.val_scores_after = first_and_last_scores(exp_dir / "validation_log")
+    res.sampled_before, res.sampled_after = first_and_last_scores(exp_dir / "validation_log_sampled")
     return res
+
+
+def first_and_last_scores(log_dir: Path) -> tuple[dict[str, float], dict[str, float]]:
+    """Each task's mean score (pass = 1) in the first and in the last validation log of a folder
+    (the run's validation before the first step and after the last); empty when there is none."""
+    logs = sorted(log_dir.glob("*.jsonl"), key=lambda p: int(p.stem))
+
+    def scores(path: Path) -> dict[str, float]:
+        by_task: dict[str, list[float]] = {}
+        for line in path.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                by_task.setdefault(row["task_id"], []).append(float(row["score"]))
+        return {t: statistics.fmean(v) for t, v in by_task.items()}
+
+    return (scores(logs[0]), scores(logs[-1])) if len(logs) > 1 else ({}, {})
 
 
 def same_start(conf: str, overrides: list[str], first_run: Path) -> list[str]:
@@ -183,6 +201,30 @@ def paired_bootstrap(a: list[RunResult], b: list[RunResult], *, resamples: int =
     for ra, rb in zip(a, b):
         pairs += [rb.val_scores_after[t] - ra.val_scores_after[t] for t in ra.val_scores_after
                   if t in rb.val_scores_after]
+    return bootstrap_mean(pairs, resamples=resamples)
+
+
+def rl_gain(runs: list[RunResult], *, sampled: bool) -> dict | None:
+    """RL's own held-out change, after the last step minus before the first (the warm-started
+    policy): its mean over (seed, task), a 95 % t-interval over seeds and a bootstrap interval
+    over (seed, task) pairs. ``sampled``: the sampled validation's per-task pass fractions."""
+    per_seed, pairs = [], []
+    for r in runs:
+        before, after = (r.sampled_before, r.sampled_after) if sampled else (r.val_scores_before, r.val_scores_after)
+        diffs = [after[t] - before[t] for t in before if t in after]
+        if diffs:
+            per_seed.append(statistics.fmean(diffs))
+            pairs += diffs
+    if not pairs:
+        return None
+    m, lo, hi = t_interval(per_seed)
+    blo, bhi = bootstrap_mean(pairs)
+    return {"mean": statistics.fmean(pairs), "per_seed": per_seed, "t95": [lo, hi], "bootstrap95": [blo, bhi],
+            "pairs": len(pairs)}
+
+
+def bootstrap_mean(pairs: list[float], *, resamples: int = 10000) -> tuple[float, float]:
+    """95 % percentile interval of the mean of ``pairs``, resampled with replacement (seeded)."""
     if not pairs:
         return float("nan"), float("nan")
     rng = random.Random(0)
@@ -207,6 +249,13 @@ def report(results: dict[str, list[RunResult]]) -> dict:
               f"gain {mean_std(gains)}; reward last - first step {mean_std(first_last)}; "
               f"updates {mean_std([float(r.updates) for r in runs])}; wall {mean_std([r.wall_s / 60 for r in runs])} min")
         summary["variants"][variant] = [asdict(r) for r in runs]
+        for sampled, label in ((False, "greedy"), (True, "sampled")):
+            gain = rl_gain(runs, sampled=sampled)
+            if gain is not None:
+                print(f"RL's held-out gain ({label}, after - before): {gain['mean']:+.3f} over {gain['pairs']} "
+                      f"(seed, task) pairs; 95% t-interval over seeds [{gain['t95'][0]:+.3f}, {gain['t95'][1]:+.3f}]; "
+                      f"bootstrap over seed x task [{gain['bootstrap95'][0]:+.3f}, {gain['bootstrap95'][1]:+.3f}]")
+                summary.setdefault("rl_gain", {}).setdefault(variant, {})[label] = gain
     names = list(results)
     if len(names) == 2:
         a, b = (sorted(results[n], key=lambda r: r.seed) for n in names)

@@ -169,6 +169,12 @@ class LocalKeys:
     max_fault_fraction: float = knob(0.5, "Stop the run when more than this fraction of a step's episodes "
                                      "fault (after retries); below it they are left out of the update.",
                                      ge=0, le=1)
+    sampled_validation_n: int = knob(0, "Beside the greedy validation pass, this many sampled episodes per "
+                                     "validation task (0 = none): val_sampled/pass_rate over n x tasks, each "
+                                     "task's pass fraction in validation_log_sampled/<step>.jsonl. More held-out "
+                                     "episodes for the same tasks, so a change in pass rate is measured finer.",
+                                     ge=0)
+    sampled_validation_temperature: float = knob(1.0, "Sampling temperature of those episodes (top_p 1).", gt=0)
     tensorboard: bool = knob(True, "Also write scalars to experiments/<name>/tensorboard/.")
     progress_bars: bool = knob(True, "tqdm progress bars for rollouts and validation.")
 

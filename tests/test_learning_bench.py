@@ -64,3 +64,26 @@ def test_a_missing_config_is_one_line() -> None:
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "learning_bench.py"), "--conf", "exp/nope.yaml"],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 2 and proc.stderr.strip() == "learning_bench: --conf exp/nope.yaml: no such file"
+
+
+def test_rls_own_gain_is_after_minus_before_per_seed_and_task(tmp_path: Path) -> None:
+    """The warm-started policy's validation (the first log) against the last, greedy and sampled
+    (each task's pass fraction over its sampled episodes)."""
+    exp = _fake_run(tmp_path, [0.2, 0.3], (0.5, 0.5), {"a": 1.0, "b": 0.0})
+    (exp / "validation_log" / "0.jsonl").write_text(
+        "".join(json.dumps({"task_id": t, "score": s}) + "\n" for t, s in {"a": 0.0, "b": 1.0}.items()))
+    sampled = exp / "validation_log_sampled"
+    sampled.mkdir()
+    rows = {0: [("a", 0.0), ("a", 0.0), ("b", 1.0), ("b", 0.0)], 2: [("a", 1.0), ("a", 1.0), ("b", 1.0), ("b", 0.0)]}
+    for step, pairs in rows.items():
+        (sampled / f"{step}.jsonl").write_text("".join(json.dumps({"task_id": t, "score": s}) + "\n" for t, s in pairs))
+    r = lb.read_run(exp, "seal", 0)
+    assert r.val_scores_before == {"a": 0.0, "b": 1.0} and r.sampled_before == {"a": 0.0, "b": 0.5}
+    assert r.sampled_after == {"a": 1.0, "b": 0.5}
+    greedy = lb.rl_gain([r], sampled=False)
+    assert greedy["mean"] == 0.0 and greedy["pairs"] == 2
+    gain = lb.rl_gain([r, lb.RunResult("seal", 1, sampled_before={"a": 0.25, "b": 0.5},
+                                       sampled_after={"a": 0.75, "b": 0.5})], sampled=True)
+    assert gain["per_seed"] == [0.5, 0.25] and gain["mean"] == pytest.approx(0.375) and gain["pairs"] == 4
+    assert 0.0 <= gain["bootstrap95"][0] <= 0.375 <= gain["bootstrap95"][1] <= 1.0
+    assert lb.rl_gain([lb.RunResult("seal", 2)], sampled=True) is None

@@ -146,10 +146,12 @@ class LocalTrainer:
 
     # ------------------------------------------------------------------ rollouts
 
-    def play(self, jobs: Sequence[EpisodeJob], *, train: bool, epoch: int, desc: str) -> list[Episode]:
+    def play(self, jobs: Sequence[EpisodeJob], *, train: bool, epoch: int, desc: str,
+             sampling: dict[str, Any] | None = None) -> list[Episode]:
         """Play ``jobs`` concurrently through the episode runner (a progress bar per call); the
-        runner scores each episode (``epoch`` reaches its reward through ``extra_info``)."""
-        coro = play_all(self.runner, jobs, self.sampling_params(train=train),
+        runner scores each episode (``epoch`` reaches its reward through ``extra_info``).
+        ``sampling``: per-call settings instead of :meth:`sampling_params`'s."""
+        coro = play_all(self.runner, jobs, sampling or self.sampling_params(train=train),
                         lambda job: self.coevolution.env_params(train=train, category=job.category),
                         rollout_mode=ROLLOUT_MODES[train], to_episode=episode_from_output,
                         max_concurrency=self.local.max_concurrent_episodes, desc=desc,
@@ -226,14 +228,30 @@ class LocalTrainer:
     # ------------------------------------------------------------------ validation
 
     def validate(self, step: int) -> dict[str, float]:
-        """Greedy, one episode per validation task, untouched interface; writes the step's log."""
+        """Greedy, one episode per validation task, untouched interface; writes the step's log.
+        Then, with ``seal.local.sampled_validation_n``, that many sampled episodes per task."""
         t0 = time.time()
         jobs = [EpisodeJob(t, uid=t, sample=0, category=self.categories[t]) for t in self.val_ids]
         episodes = self.play(jobs, train=False, epoch=self.sampler.pos.epoch, desc=f"validation step {step}")
         logger.info("validation at step %d: %d episodes in %.1f s", step, len(episodes), time.time() - t0)
         write_validation_log(self.exp_dir / "validation_log", step, episodes, self.sampling_params(train=False),
                              split="val", tokenizer=self.tokenizer)
-        return validation_metrics(episodes) | {"timing/validation_s": time.time() - t0}
+        metrics = validation_metrics(episodes)
+        if self.local.sampled_validation_n > 0:
+            metrics.update(self.validate_sampled(step))
+        return metrics | {"timing/validation_s": time.time() - t0}
+
+    def validate_sampled(self, step: int) -> dict[str, float]:
+        """``n`` episodes per validation task at ``sampled_validation_temperature``, validation
+        interface; ``val_sampled/*`` metrics and ``validation_log_sampled/<step>.jsonl``."""
+        n = self.local.sampled_validation_n
+        jobs = [EpisodeJob(t, uid=t, sample=k, category=self.categories[t]) for t in self.val_ids for k in range(n)]
+        params = {"temperature": float(self.local.sampled_validation_temperature), "top_p": 1.0, "top_k": -1}
+        episodes = self.play(jobs, train=False, epoch=self.sampler.pos.epoch, desc=f"sampled validation step {step}",
+                             sampling=params)
+        write_validation_log(self.exp_dir / "validation_log_sampled", step, episodes, params, split="val",
+                             tokenizer=self.tokenizer)
+        return {k.replace("val/", "val_sampled/", 1): v for k, v in validation_metrics(episodes).items()}
 
     # ------------------------------------------------------------------ checkpoints and the loop
 

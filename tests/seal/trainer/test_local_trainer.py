@@ -90,3 +90,30 @@ def test_apatch_scales_reach_the_update(tmp_path, make_trainer, monkeypatch):
     # The loss mask is exactly the episodes' response masks (observation tokens excluded).
     for i, ep in enumerate(seen["batch"].episodes):
         assert seen["batch"].mask[i, : len(ep.response_mask)].tolist() == [float(m) for m in ep.response_mask]
+
+
+def test_sampled_validation_plays_n_episodes_per_task_beside_the_greedy_pass(tmp_path, make_trainer):
+    """``seal.local.sampled_validation_n``: the greedy pass as before, then n sampled episodes per
+    validation task at the configured temperature, logged apart and as ``val_sampled/*``."""
+    exp = tmp_path / "run"
+    trainer, runner = make_trainer(exp, extra=["trainer.total_training_steps=1", "trainer.test_freq=1",
+                                               "seal.local.sampled_validation_n=3",
+                                               "seal.local.sampled_validation_temperature=0.7"])
+    try:
+        trainer.fit()
+    finally:
+        trainer.close()
+    lines = [json.loads(x) for x in (exp / "metrics.jsonl").read_text().splitlines()]
+    for m in (lines[0], lines[-1]):
+        assert 0.0 <= m["val/pass_rate"] <= 1.0 and 0.0 <= m["val_sampled/pass_rate"] <= 1.0
+        assert m["val_sampled/faults"] == 0.0
+    greedy, sampled = read_log_dir(exp / "validation_log"), read_log_dir(exp / "validation_log_sampled")
+    assert sorted(greedy) == sorted(sampled) == [0, 1]
+    for step in (0, 1):
+        assert len(greedy[step]) == len(trainer.val_ids)
+        assert sorted(r["task_id"] for r in sampled[step]) == sorted(trainer.val_ids * 3)
+        assert all(r["generation"]["temperature"] == 0.7 for r in sampled[step])
+    val_calls = [c for c in runner.calls if c["rollout_mode"] == "validate"]
+    assert len(val_calls) == 2 * 4 * len(trainer.val_ids)  # two validations, greedy + 3 sampled per task
+    assert sorted({c["sampling_params"]["temperature"] for c in val_calls}) == [0.0, 0.7]
+    assert all(c["env_params"]["rollout_mode"] == "validate" for c in val_calls)
