@@ -217,7 +217,7 @@ def _check_reweighter_block(name: str, block: Any) -> bool:
 
 
 def _check_tag_weights(node: Any, path: str) -> None:
-    from seal.tags import known_tags
+    from seal_shared.tags import known_tags
 
     if not isinstance(node, DictConfig):
         raise ConfigError(f"{path}={show(to_plain(node))}: expected a mapping of tag -> weight")
@@ -262,14 +262,30 @@ def check_environment(cfg: DictConfig) -> None:
 
 
 def check_interface(block: dict[str, Any], env: Any) -> None:
-    """The interface-evolution blocks of the environment's params: known keys only, and none turned
-    on that the environment does not honour (it would be a silent no-op; :mod:`seal.interface.blocks`)."""
-    from seal.interface.blocks import check_interface_blocks
+    """The interface-evolution blocks of the environment's params: each a mapping of known keys with a
+    true/false ``enable``, and none turned on that the environment does not honour (it would be a silent
+    no-op; :mod:`seal_shared.interface.blocks`)."""
+    from seal_shared.interface.blocks import INTERFACE_BLOCKS, block_keys, unhonoured_message
 
-    try:
-        check_interface_blocks(block, env.interface_blocks, env=env.name, where=f"env_service.{env.name}")
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
+    where = f"env_service.{env.name}"
+    for name in INTERFACE_BLOCKS:
+        sub = block.get(name)
+        if sub is None:
+            continue
+        if not isinstance(sub, dict):
+            raise ConfigError(f"{where}.{name}: expected a mapping of the block's keys (or null), "
+                              f"got {type(sub).__name__}")
+        known = block_keys(name)
+        for key in sub:
+            if key not in known:
+                near = nearest(str(key), known)
+                hint = f"did you mean {near}?; " if near else ""
+                raise ConfigError(f"{where}.{name}.{key}: unknown key ({hint}known: {', '.join(known)})")
+        enable = sub.get("enable", False)
+        if not isinstance(enable, bool):
+            raise ConfigError(f"{where}.{name}.enable={enable!r}: expected true or false")
+        if enable and name not in env.interface_blocks:
+            raise ConfigError(unhonoured_message(name, env.name, tuple(env.interface_blocks), where))
 
 
 def check_keys_and_types(node: Any, ref: Any, *, path: str = "", added: Sequence[str] = ()) -> None:
