@@ -26,7 +26,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from seal import config_values, schema
-from seal.config_base import REPO_ROOT, ConfigError, rule_error, show, to_plain, verl_config_dir
+from seal.config_base import REPO_ROOT, ConfigError, looks_local, rule_error, show, to_plain, verl_config_dir
 
 log = logging.getLogger(__name__)
 
@@ -122,9 +122,25 @@ def check_config(cfg: DictConfig, overrides: Sequence[str] = (), *, full: bool =
     config_values.check_batch_sizes(plain, backend)
     if backend == "verl":
         config_values.check_verl_backend(cfg)
-    config_values.check_settings(cfg)
+    check_settings(cfg)
     check_model_path(plain)
     return check_tasks(plain)
+
+
+def check_settings(cfg: DictConfig) -> None:
+    """Build the settings classes the trainers build from the config, so the rules between keys
+    they state (A-Patch's min_scale <= max_scale, the rollout's max_model_len > response_length,
+    best-checkpoint keeping against verl's checkpoint pruning) fail here."""
+    from seal.advantage.weights import APatchConfig
+    from seal.rollout.settings import RolloutSettings
+    from seal.trainer.best_checkpoint import BestCheckpointSettings
+
+    try:
+        APatchConfig.from_dict(OmegaConf.to_container(cfg.seal.advantage.apatch, resolve=True))
+        RolloutSettings.from_config(cfg)
+        BestCheckpointSettings.from_trainer_cfg(cfg.trainer)
+    except ValueError as exc:
+        raise ConfigError(str(exc).splitlines()[0]) from exc
 
 
 def load_plugins(cfg: DictConfig) -> None:
@@ -340,15 +356,6 @@ def type_problem(value: Any, ref: Any, path: str, *, strict_strings: bool = Fals
 # ---------------------------------------------------------------------- model and tasks
 
 
-def looks_local(path: str) -> bool:
-    """Whether a model path names a folder on this machine rather than a hub id (``org/name``)."""
-    p = Path(os.path.expanduser(path))
-    if p.is_absolute() or path.startswith((".", "~")) or len(p.parts) > 2:
-        return True
-    # `models/X`: the first part is a folder here (or in the project), so this is not `org/name`.
-    return len(p.parts) == 2 and any((root / p.parts[0]).is_dir() for root in (Path.cwd(), REPO_ROOT))
-
-
 def check_model_path(plain: dict[str, Any]) -> None:
     """A local model folder must exist; checked before any ``from_pretrained`` (which would try
     the hub for about a minute before failing)."""
@@ -362,32 +369,6 @@ def check_model_path(plain: dict[str, Any]) -> None:
             continue
         raise ConfigError(f"actor_rollout_ref.model.{key}={value}: no such model folder (fix: run install.sh, "
                      "scripts/prepare_model.py, or give a local folder or a hub id such as Qwen/Qwen2.5-7B-Instruct)")
-
-
-def check_hub_model(key: str, repo_id: str, *, timeout_s: float = 10.0) -> None:
-    """A hub id that is neither in the local hub cache nor reachable fails in one line at once.
-
-    ``from_pretrained`` retries an unreachable hub for about a minute before it gives up; one
-    metadata request with a short timeout answers the same question. Called where a model is
-    about to be loaded (never in the config check: composing a config needs no network).
-    """
-    import httpx
-    from huggingface_hub import HfApi, constants, try_to_load_from_cache
-    from huggingface_hub.errors import RepositoryNotFoundError
-
-    if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
-        return
-    fix = "fix: download it once with network access, or point the key at a local model folder"
-    if constants.HF_HUB_OFFLINE:
-        raise ConfigError(f"{key}={repo_id}: not in the local hub cache and HF_HUB_OFFLINE is set ({fix})")
-    try:
-        HfApi().model_info(repo_id, timeout=timeout_s)
-    except RepositoryNotFoundError:
-        raise ConfigError(f"{key}={repo_id}: no such model on the hub, or a private/gated one this machine is not "
-                     "logged in for (fix: check the id, or run `hf auth login`)") from None
-    except (httpx.HTTPError, OSError) as exc:
-        raise ConfigError(f"{key}={repo_id}: not in the local hub cache and the hub is unreachable "
-                     f"({type(exc).__name__}: {exc}; {fix})") from None
 
 
 def resolve_data_file(value: str) -> Path:

@@ -6,15 +6,15 @@ Ray started, or as an exception deep in torch. :data:`VERL_RULES` holds the valu
 (both backends), :data:`LOCAL_RULES` what the local trainer implements. The rules between keys
 are verl's own batch-size arithmetic (``verl/utils/config.py`` ``validate_config``,
 ``ActorConfig.validate`` and the mini-batch split of its engine workers), what the SEAL hook
-needs on the verl backend, and those the settings classes state (built here, so they fire in
-the pass rather than when a trainer first builds them).
+needs on the verl backend; the config pass also builds the settings classes, so the rules they
+state fire there (:func:`seal.config_check.check_settings`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from seal.config_base import ConfigError, Rule, rule_error, select, show
 
@@ -154,19 +154,3 @@ def check_verl_backend(cfg: DictConfig) -> None:
             "algorithm.rollout_correction.bypass_mode=true without a reference policy: no SEAL hook runs before "
             "the GRPO advantages, so excluded episodes would enter the group baselines; set "
             "algorithm.rollout_correction.bypass_mode=false or actor_rollout_ref.actor.use_kl_loss=true")
-
-
-def check_settings(cfg: DictConfig) -> None:
-    """Build the settings classes the trainers build from the config, so the rules between keys
-    they state (A-Patch's min_scale <= max_scale, the rollout's max_model_len > response_length,
-    best-checkpoint keeping against verl's checkpoint pruning) fail here."""
-    from seal.advantage.weights import APatchConfig
-    from seal.rollout.settings import RolloutSettings
-    from seal.trainer.best_checkpoint import BestCheckpointSettings
-
-    try:
-        APatchConfig.from_dict(OmegaConf.to_container(cfg.seal.advantage.apatch, resolve=True))
-        RolloutSettings.from_config(cfg)
-        BestCheckpointSettings.from_trainer_cfg(cfg.trainer)
-    except ValueError as exc:
-        raise ConfigError(str(exc).splitlines()[0]) from exc

@@ -18,8 +18,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from seal.config_base import REPO_ROOT, ConfigError
-from seal.config_check import check_hub_model, looks_local
+from seal.config_base import REPO_ROOT, ConfigError, check_hub_model, looks_local
 from seal.engine.precision import resolve_autocast
 
 logger = logging.getLogger(__name__)

@@ -121,7 +121,7 @@ def test_run_verl_checks_a_hub_model_before_ray_starts(tmp_path, monkeypatch, pl
     import verl.trainer.main_ppo
     import verl.utils.device
 
-    import seal.config_check
+    import seal.config_base
 
     asked = []
 
@@ -131,7 +131,7 @@ def test_run_verl_checks_a_hub_model_before_ray_starts(tmp_path, monkeypatch, pl
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(seal.config_check, "check_hub_model", unreachable)
+    monkeypatch.setattr(seal.config_base, "check_hub_model", unreachable)
     started = []
     monkeypatch.setattr(verl.trainer.main_ppo, "run_ppo", lambda *a, **k: started.append(a))
     with pytest.raises(ConfigError, match="hub is unreachable"):
