@@ -92,6 +92,3 @@ class TaskDataset(Dataset):
             "dummy_tensor": torch.tensor([0], dtype=torch.uint8),
         }
 
-
-# The name the dataset had while BFCL was the only environment.
-BfclTaskDataset = TaskDataset
