@@ -232,7 +232,7 @@ class LocalTrainer:
         episodes = self.play(jobs, train=False, epoch=self.sampler.pos.epoch, desc=f"validation step {step}")
         logger.info("validation at step %d: %d episodes in %.1f s", step, len(episodes), time.time() - t0)
         write_validation_log(self.exp_dir / "validation_log", step, episodes, self.sampling_params(train=False),
-                             split="val", tokenizer=self.tokenizer)
+                             split="val")
         return validation_metrics(episodes) | {"timing/validation_s": time.time() - t0}
 
     # ------------------------------------------------------------------ checkpoints and the loop

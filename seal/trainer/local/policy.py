@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +19,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from seal.config_base import REPO_ROOT, ConfigError, check_hub_model, looks_local
 from seal.engine.precision import resolve_autocast
-
-logger = logging.getLogger(__name__)
 
 # KL estimators (verl's kl_penalty names) whose gradient vanishes where the policy equals the
 # reference: k2/mse, k3/low_var_kl, abs (torch's subgradient at 0 is 0) and every straight-through
