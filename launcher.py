@@ -243,19 +243,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         return run(args, overrides)
-    except ConfigError as exc:
+    except (OSError, ImportError, RuntimeError, ValueError) as exc:  # ConfigError and RunStopped among them
         if debug:
             raise
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except RunStopped as exc:
-        if debug:
-            raise
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except (OSError, ImportError, RuntimeError, ValueError) as exc:
-        if debug:
-            raise
+        if isinstance(exc, (ConfigError, RunStopped)):  # their message is the one line already
+            print(f"error: {exc}", file=sys.stderr)
+            return 2 if isinstance(exc, ConfigError) else 1
         text = str(exc).strip().splitlines()
         print(f"error: {type(exc).__name__}: {text[0] if text else ''} (run with --debug for the traceback)",
               file=sys.stderr)

@@ -27,6 +27,7 @@ import socket
 import struct
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from env_service.host import EpisodeHost, OpError, load_host_factory
@@ -112,19 +113,18 @@ def worker_main(sock: socket.socket, host_factory: str, log_level: int) -> None:
 # --------------------------------------------------------------------------- service process side
 
 
+@dataclass(eq=False)
 class _Worker:
     """One worker process as seen from the service: its stream and its pending requests."""
 
-    def __init__(self, slot: int, generation: int, process: Any, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
-        self.slot = slot
-        self.generation = generation
-        self.process = process
-        self.reader = reader
-        self.writer = writer
-        self.pending: dict[int, asyncio.Future] = {}
-        self.alive = True
-        self.reader_task: asyncio.Task | None = None
+    slot: int
+    generation: int
+    process: Any
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    pending: dict[int, asyncio.Future] = field(default_factory=dict)
+    alive: bool = True
+    reader_task: asyncio.Task | None = None
 
 
 class WorkerPool:

@@ -93,6 +93,10 @@ class ErrorResponse(BaseModel):
 # --------------------------------------------------------------------------- typed /v1 routes
 
 
+class _Versioned(BaseModel):
+    protocol_version: str = PROTOCOL_VERSION
+
+
 class Message(BaseModel):
     """A chat message. Observations always carry ``tool_calls: []`` (the release's shape)."""
 
@@ -101,8 +105,7 @@ class Message(BaseModel):
     tool_calls: list[Any] | None = None
 
 
-class HealthResponse(BaseModel):
-    protocol_version: str = PROTOCOL_VERSION
+class HealthResponse(_Versioned):
     status: Literal["ok", "degraded"]
     workers: int
     workers_alive: int
@@ -114,8 +117,7 @@ class CreateRequest(_Strict):
     instance_id: str | None = Field(default=None, min_length=1, max_length=200)
 
 
-class CreateResponse(BaseModel):
-    protocol_version: str = PROTOCOL_VERSION
+class CreateResponse(_Versioned):
     instance_id: str
     messages: list[Message] = Field(description="[system, user]")
     info: dict[str, Any]
@@ -126,8 +128,7 @@ class StepRequest(_Strict):
     content: str = Field(description="The assistant message text.")
 
 
-class StepResponse(BaseModel):
-    protocol_version: str = PROTOCOL_VERSION
+class StepResponse(_Versioned):
     observation: Message
     terminated: bool
     reward: float = Field(description="The sparse score when terminated, else 0.")
@@ -139,8 +140,7 @@ class EvaluateRequest(_Strict):
     sparse: bool = False
 
 
-class EvaluateResponse(BaseModel):
-    protocol_version: str = PROTOCOL_VERSION
+class EvaluateResponse(_Versioned):
     score: float = Field(description="BFCL accuracy of the episode so far (1.0 or 0.0).")
     result: dict[str, Any] | None = Field(default=None, description="The full result (only when not sparse).")
 
@@ -149,13 +149,11 @@ class InstanceRequest(_Strict):
     instance_id: str = _ID
 
 
-class ReleaseResponse(BaseModel):
-    protocol_version: str = PROTOCOL_VERSION
+class ReleaseResponse(_Versioned):
     released: bool = Field(description="False when the id was not live (already released or reaped).")
 
 
-class InfoResponse(BaseModel):
-    protocol_version: str = PROTOCOL_VERSION
+class InfoResponse(_Versioned):
     info: Any
 
 
@@ -163,8 +161,7 @@ class ProfileRequest(_Strict):
     split: Literal["train", "val", "test", "eval"] = "train"
 
 
-class ProfileResponse(BaseModel):
-    protocol_version: str = PROTOCOL_VERSION
+class ProfileResponse(_Versioned):
     split: str
     task_ids: list[str]
 
@@ -175,8 +172,7 @@ class RouteLatency(BaseModel):
     p99_ms: float
 
 
-class MetricsResponse(BaseModel):
-    protocol_version: str = PROTOCOL_VERSION
+class MetricsResponse(_Versioned):
     uptime_s: float
     workers: int
     workers_alive: int

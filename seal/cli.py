@@ -18,8 +18,6 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-logger = logging.getLogger(__name__)
-
 
 DEFAULT_BUDGET_CONF = Path(__file__).resolve().parents[1] / "exp" / "SEAL.yaml"
 

@@ -9,7 +9,6 @@ file changes only what it needs. The one validation pass is :mod:`seal.config_ch
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,8 +19,6 @@ from seal.config_base import BASE_YAML, EXP_DIR, REPO_ROOT, ConfigError, rule_er
 
 __all__ = ["BASE_YAML", "EXP_DIR", "REPO_ROOT", "ConfigError", "compose_config", "experiment_dir", "to_plain",
            "validate_config"]
-
-log = logging.getLogger(__name__)
 
 
 def compose_config(conf: str | Path, overrides: Sequence[str] = (), *, check: bool = True) -> DictConfig:

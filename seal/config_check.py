@@ -26,8 +26,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from seal import config_values, schema
-from seal.config_base import REPO_ROOT, ConfigError, rule_error, show, to_plain, verl_config_dir
-from seal.model_source import looks_local
+from seal.config_base import REPO_ROOT, ConfigError, looks_local, rule_error, show, to_plain, verl_config_dir
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +127,22 @@ def check_config(cfg: DictConfig, overrides: Sequence[str] = (), *, full: bool =
     return check_tasks(plain)
 
 
+def check_settings(cfg: DictConfig) -> None:
+    """Build the settings classes the trainers build from the config, so the rules between keys
+    they state (A-Patch's min_scale <= max_scale, the rollout's max_model_len > response_length,
+    best-checkpoint keeping against verl's checkpoint pruning) fail here."""
+    from seal.advantage.weights import APatchConfig
+    from seal.rollout.settings import RolloutSettings
+    from seal.trainer.best_checkpoint import BestCheckpointSettings
+
+    try:
+        APatchConfig.from_dict(OmegaConf.to_container(cfg.seal.advantage.apatch, resolve=True))
+        RolloutSettings.from_config(cfg)
+        BestCheckpointSettings.from_trainer_cfg(cfg.trainer)
+    except ValueError as exc:
+        raise ConfigError(str(exc).splitlines()[0]) from exc
+
+
 def load_plugins(cfg: DictConfig) -> None:
     """Import the ``seal.plugins`` modules first: they may register tags, reweighters and
     environments the rest of the config names."""
@@ -218,7 +233,7 @@ def _check_reweighter_block(name: str, block: Any) -> bool:
 
 
 def _check_tag_weights(node: Any, path: str) -> None:
-    from seal.tags import known_tags
+    from seal_shared.tags import known_tags
 
     if not isinstance(node, DictConfig):
         raise ConfigError(f"{path}={show(to_plain(node))}: expected a mapping of tag -> weight")
@@ -263,14 +278,30 @@ def check_environment(cfg: DictConfig) -> None:
 
 
 def check_interface(block: dict[str, Any], env: Any) -> None:
-    """The interface-evolution blocks of the environment's params: known keys only, and none turned
-    on that the environment does not honour (it would be a silent no-op; :mod:`seal.interface.blocks`)."""
-    from seal.interface.blocks import check_interface_blocks
+    """The interface-evolution blocks of the environment's params: each a mapping of known keys with a
+    true/false ``enable``, and none turned on that the environment does not honour (it would be a silent
+    no-op; :mod:`seal_shared.interface.blocks`)."""
+    from seal_shared.interface.blocks import INTERFACE_BLOCKS, block_keys, unhonoured_message
 
-    try:
-        check_interface_blocks(block, env.interface_blocks, env=env.name, where=f"env_service.{env.name}")
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
+    where = f"env_service.{env.name}"
+    for name in INTERFACE_BLOCKS:
+        sub = block.get(name)
+        if sub is None:
+            continue
+        if not isinstance(sub, dict):
+            raise ConfigError(f"{where}.{name}: expected a mapping of the block's keys (or null), "
+                              f"got {type(sub).__name__}")
+        known = block_keys(name)
+        for key in sub:
+            if key not in known:
+                near = nearest(str(key), known)
+                hint = f"did you mean {near}?; " if near else ""
+                raise ConfigError(f"{where}.{name}.{key}: unknown key ({hint}known: {', '.join(known)})")
+        enable = sub.get("enable", False)
+        if not isinstance(enable, bool):
+            raise ConfigError(f"{where}.{name}.enable={enable!r}: expected true or false")
+        if enable and name not in env.interface_blocks:
+            raise ConfigError(unhonoured_message(name, env.name, tuple(env.interface_blocks), where))
 
 
 def check_keys_and_types(node: Any, ref: Any, *, path: str = "", added: Sequence[str] = ()) -> None:
@@ -384,19 +415,3 @@ def check_task_ids(ids: Sequence[str], key: str, env_name: str | None = None) ->
             hint = f"the nearest is {near}" if near else f"ids look like {env.example_task_id}"
             raise ConfigError(f"{key}: task id {tid!r} does not exist ({hint}; fix: list ids of the {env.name} "
                          "tasks, or leave the key null to use the data file)")
-
-
-def check_settings(cfg: DictConfig) -> None:
-    """Build the settings classes the trainers build from the config, so the rules between keys
-    they state (A-Patch's min_scale <= max_scale, the rollout's max_model_len > response_length,
-    best-checkpoint keeping against verl's checkpoint pruning) fail here."""
-    from seal.advantage.weights import APatchConfig
-    from seal.rollout.settings import RolloutSettings
-    from seal.trainer.best_checkpoint import BestCheckpointSettings
-
-    try:
-        APatchConfig.from_dict(OmegaConf.to_container(cfg.seal.advantage.apatch, resolve=True))
-        RolloutSettings.from_config(cfg)
-        BestCheckpointSettings.from_trainer_cfg(cfg.trainer)
-    except ValueError as exc:
-        raise ConfigError(str(exc).splitlines()[0]) from exc

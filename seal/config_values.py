@@ -6,8 +6,8 @@ Ray started, or as an exception deep in torch. :data:`VERL_RULES` holds the valu
 (both backends), :data:`LOCAL_RULES` what the local trainer implements. The rules between keys
 are verl's own batch-size arithmetic (``verl/utils/config.py`` ``validate_config``,
 ``ActorConfig.validate`` and the mini-batch split of its engine workers), what the SEAL hook
-needs on the verl backend, and those the settings classes state (built here, so they fire in
-the pass rather than when a trainer first builds them).
+needs on the verl backend; the config pass also builds the settings classes, so the rules they
+state fire there (:func:`seal.config_check.check_settings`).
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ from seal.advantage.weights import APatchConfig
 from seal.config_base import BASE_YAML, FieldSpec, Rule, field_specs, select
 from seal.diagnosis.stats import DiagnosisConfig
 from seal.rewards import RewardConfig
-from seal.types import FailureTag
 from seal_shared import DEFAULT_TIMEOUT_S
+from seal_shared.types import FailureTag
 
 SCHEMA_NAME = "seal_schema"
 _Block = TypeVar("_Block")

@@ -16,7 +16,7 @@ from seal.config import ConfigError, compose_config
 from seal.environment import env_params_block, environment_name, episode_params, make_env_client, task_categories
 from seal.trainer.coevolution import CoEvolution
 from seal.trainer.tasks import select_task_ids
-from seal.trainer.verl.dataset import BfclTaskDataset, TaskDataset
+from seal.trainer.verl.dataset import TaskDataset
 
 CONF = str(launcher.REPO_ROOT / "exp" / "examples" / "notes.yaml")
 
@@ -48,7 +48,6 @@ def test_tasks_and_categories_come_from_the_environment(cfg) -> None:
     assert set(task_categories(abstain, ids).values()) == {"abstain"}
     rows = TaskDataset.from_config(abstain, "train")
     assert [rows[i]["data_source"] for i in range(len(rows))] == ["abstain"] * 10
-    assert BfclTaskDataset is TaskDataset
     assert TaskDataset(["multi_turn_miss_func_3"], rollout_mode="sample")[0]["data_source"] == "multi_turn_miss_func"
 
 

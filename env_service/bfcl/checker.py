@@ -19,7 +19,6 @@ runner rules before checking. Both the verdict and the tags come from the same s
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,8 +30,6 @@ from env_service.bfcl.tasks import is_long_context
 from env_service.kit import EMPTY_TURN, FORCE_TERMINATED, TurnCheck, TurnVerdict, build_evaluation
 from seal_shared.tags import TurnEvidence
 from seal_shared.types import TurnDiagnosis
-
-logger = logging.getLogger(__name__)
 
 __all__ = ["CHECKER_ERROR", "EMPTY_TURN", "FORCE_TERMINATED", "BfclTurnCheck", "EpisodeCheck", "check_episode",
            "check_turns"]

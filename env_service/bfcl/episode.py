@@ -150,25 +150,11 @@ class BfclEpisode(ToolEpisode):
     params_model = BfclParams
 
     # The protocol's choices are the episode's params (the kit fixes them per environment).
-    @property
-    def tool_call_parser(self) -> str:  # type: ignore[override]
-        return str(self.params.tool_call_parser)
-
-    @property
-    def prompt_mode(self) -> str:  # type: ignore[override]
-        return self.params.tool_prompt_mode
-
-    @property
-    def tool_result_mode(self) -> str:  # type: ignore[override]
-        return str(self.params.tool_result_mode)
-
-    @property
-    def enforce_available_tools(self) -> bool:  # type: ignore[override]
-        return self.params.enforce_available_tools
-
-    @property
-    def terminate_on_parse_error(self) -> bool:  # type: ignore[override]
-        return self.params.terminate_on_parse_error
+    tool_call_parser = property(lambda self: str(self.params.tool_call_parser))  # type: ignore[assignment]
+    prompt_mode = property(lambda self: self.params.tool_prompt_mode)  # type: ignore[assignment]
+    tool_result_mode = property(lambda self: str(self.params.tool_result_mode))  # type: ignore[assignment]
+    enforce_available_tools = property(lambda self: self.params.enforce_available_tools)  # type: ignore[assignment]
+    terminate_on_parse_error = property(lambda self: self.params.terminate_on_parse_error)  # type: ignore[assignment]
 
     @property
     def executor(self) -> Executor:

@@ -31,7 +31,6 @@ logger = logging.getLogger(__name__)
 
 STATE_VERSION = 1
 BUCKETS = ("categories", "tags", "category_tags", "turn_positions")
-POSITION_BUCKETS = ("only", "early", "middle", "late")
 
 
 class CapabilityStateError(ValueError):

@@ -22,7 +22,6 @@ The evaluation folder (written by ``scripts/ood_eval.py``, read by ``scripts/mak
 from __future__ import annotations
 
 import json
-import logging
 import math
 import shutil
 import socket
@@ -30,8 +29,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-logger = logging.getLogger(__name__)
 
 WEB_SEARCH = ("web_search_base", "web_search_no_snippet")
 MEMORY = ("memory_kv", "memory_vector", "memory_rec_sum")

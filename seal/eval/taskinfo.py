@@ -4,12 +4,9 @@ release-format log line that lacks ``task_id`` (from its first user query)."""
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,11 @@
 """Interface evolution, the trainer's half: choosing the guideline lines from the capability state
-(:func:`select_guidelines`) and checking a config's interface blocks (:func:`check_interface_blocks`).
+(:func:`select_guidelines`). The config's check of the interface blocks is
+:func:`seal.config_check.check_interface`.
 
 The episode's half, which the environment applies (hints, feedback, guideline rendering), is
 :mod:`seal_shared.interface`.
 """
 
-from seal.interface.blocks import check_interface_blocks
 from seal.interface.guidelines import select_guidelines
 
-__all__ = ["check_interface_blocks", "select_guidelines"]
+__all__ = ["select_guidelines"]

@@ -9,14 +9,11 @@ and how to start a fresh one instead. Only files are read: no model, Ray or serv
 from __future__ import annotations
 
 import json
-import logging
 import os
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
-
-logger = logging.getLogger(__name__)
 
 TRACKER = "latest_checkpointed_iteration.txt"  # verl's file name; the local trainer writes it too
 

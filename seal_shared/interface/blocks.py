@@ -7,7 +7,7 @@ through :class:`seal_shared.interface.EpisodeInterface` gives them an effect, so
 the blocks it honours (``env_service.registry.Environment.interface_blocks``). Turning on a block
 the environment does not honour, or misspelling a key inside any block, fails here with one line
 naming the key, rather than training silently without the interface evolution the config asked for
-(the config's check: ``seal.interface.blocks``).
+(the config's check: ``seal.config_check.check_interface``).
 """
 
 from __future__ import annotations

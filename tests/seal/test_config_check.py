@@ -108,7 +108,7 @@ class _Hub:
 def _hub_error(monkeypatch, error: Exception | None, *, offline: bool = False) -> tuple[str | None, _Hub]:
     import huggingface_hub
 
-    from seal.model_source import check_hub_model
+    from seal.config_base import check_hub_model
 
     hub = _Hub(error)
     hub.patch(monkeypatch)
@@ -146,7 +146,7 @@ def test_an_unknown_hub_id_and_offline_mode_are_one_line_each(monkeypatch):
 def test_a_cached_hub_model_needs_no_request(monkeypatch, tmp_path):
     import huggingface_hub
 
-    from seal.model_source import check_hub_model
+    from seal.config_base import check_hub_model
 
     config = tmp_path / "config.json"
     config.write_text("{}")

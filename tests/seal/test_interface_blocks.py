@@ -7,14 +7,14 @@ import importlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import pytest
 
 from env_service.client import EnvClient, EnvServiceError
 from env_service.registry import Environment, get_environment, register_environment, unregister_environment
 from seal.config import ConfigError, compose_config
-from seal.interface.blocks import check_interface_blocks
+from seal.config_check import check_interface
 from seal_shared.interface.blocks import INTERFACE_BLOCKS, block_keys
 
 PLUGIN_DIR = Path(__file__).resolve().parents[1] / "plugins"
@@ -93,8 +93,8 @@ def test_declared_blocks_must_be_interface_blocks(home: ModuleType) -> None:
                     interface_blocks=("observation",))
 
 
-def test_check_interface_blocks_passes_what_an_honouring_environment_reads() -> None:
+def test_check_interface_passes_what_an_honouring_environment_reads() -> None:
     params = {"observation_lite": {"enable": True, "categories": ["a"]}, "tool_feedback_evolution": None,
               "diagnostic_evolution": {"enable": True, "lines": ["x"], "max_lines": 2, "category_tags": True},
               "rollout_mode": "sample"}
-    check_interface_blocks(params, INTERFACE_BLOCKS, env="bfcl", where="params")
+    check_interface(params, SimpleNamespace(name="bfcl", interface_blocks=INTERFACE_BLOCKS))

@@ -88,16 +88,3 @@ def test_core_imports_without_torch() -> None:
         "assert 'torch' not in sys.modules, 'torch was imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
-
-
-def test_the_paths_the_extending_guide_first_gave_are_the_shared_objects():
-    """``seal.tags`` / ``seal.types`` (docs/extending.md's former paths) name ``seal_shared``'s objects,
-    so a research plug-in written against them registers into the one registry."""
-    import seal.tags
-    import seal.types
-    import seal_shared.tags
-    import seal_shared.types
-
-    for alias, home in ((seal.tags, seal_shared.tags), (seal.types, seal_shared.types)):
-        assert alias.__all__ and all(getattr(alias, n) is getattr(home, n) for n in alias.__all__)
-    assert set(seal.tags.__all__) == set(seal_shared.tags.__all__)

@@ -31,6 +31,10 @@ class EpisodeJob:
     category: str
 
 
+def _of_result(name: str) -> property:
+    return property(lambda self: getattr(self.result, name))
+
+
 @dataclass
 class Episode:
     """A finished (or faulted) episode, as the trainer consumes it: the runner's typed record
@@ -43,29 +47,13 @@ class Episode:
     response_ids: list[int] = field(default_factory=list)
     response_mask: list[int] = field(default_factory=list)
 
-    @property
-    def task_id(self) -> str:
-        return self.result.task_id
-
-    @property
-    def category(self) -> str:
-        return self.result.category
-
-    @property
-    def reward(self) -> float:
-        return self.result.reward
-
-    @property
-    def tags(self) -> tuple[str, ...]:
-        return self.result.tags
-
-    @property
-    def env_fault(self) -> bool:
-        return self.result.env_fault
-
-    @property
-    def llm_fault(self) -> bool:
-        return self.result.llm_fault
+    # The record's fields the trainer reads, read-only.
+    task_id = _of_result("task_id")
+    category = _of_result("category")
+    reward = _of_result("reward")
+    tags = _of_result("tags")
+    env_fault = _of_result("env_fault")
+    llm_fault = _of_result("llm_fault")
 
     @property
     def trainable(self) -> bool:

@@ -235,7 +235,7 @@ class LocalTrainer:
         episodes = self.play(jobs, train=False, epoch=self.sampler.pos.epoch, desc=f"validation step {step}")
         logger.info("validation at step %d: %d episodes in %.1f s", step, len(episodes), time.time() - t0)
         write_validation_log(self.exp_dir / "validation_log", step, episodes, self.sampling_params(train=False),
-                             split="val", tokenizer=self.tokenizer)
+                             split="val")
         metrics = validation_metrics(episodes)
         if self.local.sampled_validation_n > 0:
             metrics.update(self.validate_sampled(step))
@@ -249,8 +249,7 @@ class LocalTrainer:
         params = {"temperature": float(self.local.sampled_validation_temperature), "top_p": 1.0, "top_k": -1}
         episodes = self.play(jobs, train=False, epoch=self.sampler.pos.epoch, desc=f"sampled validation step {step}",
                              sampling=params)
-        write_validation_log(self.exp_dir / "validation_log_sampled", step, episodes, params, split="val",
-                             tokenizer=self.tokenizer)
+        write_validation_log(self.exp_dir / "validation_log_sampled", step, episodes, params, split="val")
         return {k.replace("val/", "val_sampled/", 1): v for k, v in validation_metrics(episodes).items()}
 
     # ------------------------------------------------------------------ checkpoints and the loop

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,11 +17,8 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from seal.config_base import REPO_ROOT, ConfigError
-from seal.model_source import check_hub_model, looks_local
+from seal.config_base import REPO_ROOT, ConfigError, check_hub_model, looks_local
 from seal.engine.precision import resolve_autocast
-
-logger = logging.getLogger(__name__)
 
 # KL estimators (verl's kl_penalty names) whose gradient vanishes where the policy equals the
 # reference: k2/mse, k3/low_var_kl, abs (torch's subgradient at 0 is 0) and every straight-through

@@ -21,15 +21,12 @@ log-prob entries are 0, and every use of them is multiplied by the mask.
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import torch
 from transformers.cache_utils import DynamicCache
-
-logger = logging.getLogger(__name__)
 
 KeyValues = list[tuple[torch.Tensor, torch.Tensor]]
 # The context of each model forward (autocast); losses and backward run outside it.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -11,14 +10,12 @@ from typing import Any
 from seal.eval.logs import ValidationLogWriter, ValidationRecord
 from seal.trainer.local.episodes import Episode
 
-logger = logging.getLogger(__name__)
-
 # Messages are kept whole up to this many characters each (the system prompt is the long one).
 MAX_MESSAGE_CHARS = 4000
 
 
 def write_validation_log(log_dir: Path, step: int, episodes: Sequence[Episode], generation: Mapping[str, Any],
-                         *, split: str | None, tokenizer: Any = None) -> Path:
+                         *, split: str | None) -> Path:
     """Write ``<log_dir>/<step>.jsonl``, replacing a file a previous (interrupted) run left for this step."""
     writer = ValidationLogWriter(log_dir, max_message_chars=MAX_MESSAGE_CHARS)
     path = writer.path_for(step)

@@ -2,7 +2,7 @@
 
 * :func:`run_verl` — entry point for ``trainer.backend=verl`` (see ``main.py``);
 * :class:`SealRayPPOTrainer` — verl's ``RayPPOTrainer`` with SEAL's step in ``_update_actor``;
-* :class:`TaskDataset` (alias ``BfclTaskDataset``) — task-id rows for verl's dataloader (no long prompts).
+* :class:`TaskDataset` — task-id rows for verl's dataloader (no long prompts).
 
 Attributes load on first access: importing verl's trainer takes several seconds.
 """
@@ -18,7 +18,6 @@ _LAZY = {
     "SealTaskRunner": "seal.trainer.verl.main",
     "build_trainer": "seal.trainer.verl.main",
     "SealRayPPOTrainer": "seal.trainer.verl.trainer",
-    "BfclTaskDataset": "seal.trainer.verl.dataset",
     "TaskDataset": "seal.trainer.verl.dataset",
 }
 

@@ -16,7 +16,6 @@ verl's hybrid rollout has three parts, and this module supplies each for the CPU
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
@@ -26,8 +25,6 @@ import torch
 from verl.workers.rollout import base as rollout_base
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput
-
-logger = logging.getLogger(__name__)
 
 ROLLOUT_NAME = "seal_cpu"
 

@@ -11,7 +11,6 @@ each row's ``env_params`` right before rollout.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,8 +22,6 @@ from env_service.registry import DEFAULT_ENVIRONMENT, get_environment
 
 from seal.config_base import ConfigError
 from seal.environment import environment_name
-
-logger = logging.getLogger(__name__)
 
 AGENT_NAME = "seal"
 ROLLOUT_MODES = ("sample", "validate")
@@ -92,6 +89,3 @@ class TaskDataset(Dataset):
             "dummy_tensor": torch.tensor([0], dtype=torch.uint8),
         }
 
-
-# The name the dataset had while BFCL was the only environment.
-BfclTaskDataset = TaskDataset

@@ -210,7 +210,7 @@ def runs_on_cpu(cfg: DictConfig) -> bool:
 def _check_hub_models(cfg: DictConfig) -> None:
     """On a local Ray cluster the driver shares the workers' hub cache and network: a hub id they
     could not load fails here in one line, not after Ray's start-up and a minute of retries."""
-    from seal.model_source import check_hub_model, looks_local
+    from seal.config_base import check_hub_model, looks_local
 
     if OmegaConf.select(cfg, "ray_kwargs.ray_init.address") or os.environ.get("RAY_ADDRESS"):
         return

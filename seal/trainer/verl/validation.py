@@ -11,14 +11,11 @@ export read the verl backend's logs like the local backend's.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from seal.episode import RECORD_KEY, EpisodeResult
 from seal.eval.logs import ValidationRecord
-
-logger = logging.getLogger(__name__)
 
 
 def validation_records(records_json: Sequence[str], scores: Sequence[float], *, step: int,

@@ -46,7 +46,7 @@ from verl_testkit import episode_fields, make_trainer
 
 from seal.config import compose_config
 from seal.episode import FIELD_NAMES, EpisodeResult
-from seal.types import FailureTag
+from seal_shared.types import FailureTag
 
 pytest.importorskip("verl")
 

@@ -27,7 +27,7 @@ from verl import DataProto  # noqa: E402
 from verl.utils.dataset.rl_dataset import collate_fn  # noqa: E402
 
 from seal.rollout.episode_loop import CONTEXT_OVERFLOW, LLM_ERROR, PROMPT_OVERFLOW  # noqa: E402
-from seal.trainer.verl.dataset import BfclTaskDataset  # noqa: E402
+from seal.trainer.verl.dataset import TaskDataset  # noqa: E402
 from verl_fakes import ActorWorkers, CheckpointEngine, RefWorkers, RoutedServer, rollout_manager  # noqa: E402
 from verl_testkit import make_trainer  # noqa: E402
 
@@ -129,7 +129,7 @@ def routed_server(tokenizer: Any) -> RoutedServer:
 
 def generation_batch(cfg: Any, tasks: list[str], tmp_path: Path) -> tuple[Any, Any]:
     """The training batch as fit() holds it before rollout, and its generation batch."""
-    dataset = BfclTaskDataset(tasks, rollout_mode="sample")
+    dataset = TaskDataset(tasks, rollout_mode="sample")
     batch = DataProto.from_single_dict(collate_fn([dataset[i] for i in range(len(dataset))]))
     batch.non_tensor_batch["uid"] = np.array([f"uid-{t}" for t in tasks], dtype=object)
     trainer = make_trainer(cfg, tmp_path, step=1)
@@ -198,7 +198,7 @@ def fit_one_step(cfg: Any, tasks: list[str], tokenizer: Any, tmp_path: Path) -> 
     """verl's ``RayPPOTrainer.fit`` for one step on ``SealRayPPOTrainer``; returns the trainer
     and the metrics verl logged."""
     trainer = make_trainer(cfg, tmp_path / "run", step=0, steps_per_epoch=1, total_steps=1)
-    dataset = BfclTaskDataset(tasks, rollout_mode="sample")
+    dataset = TaskDataset(tasks, rollout_mode="sample")
     trainer.train_dataloader = [collate_fn([dataset[i] for i in range(len(dataset))])]
     trainer.train_dataset = dataset
     trainer.async_rollout_manager = rollout_manager(cfg, tokenizer, routed_server(tokenizer))

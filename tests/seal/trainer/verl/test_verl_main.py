@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from verl_testkit import make_trainer
 
 from seal.config import REPO_ROOT, ConfigError, compose_config
-from seal.trainer.verl.dataset import BfclTaskDataset
+from seal.trainer.verl.dataset import TaskDataset
 from seal.trainer.verl.main import AGENT_LOOPS_YAML, _RunnerFactory, prepare_config, run_verl
 
 
@@ -121,7 +121,7 @@ def test_run_verl_checks_a_hub_model_before_ray_starts(tmp_path, monkeypatch, pl
     import verl.trainer.main_ppo
     import verl.utils.device
 
-    import seal.model_source
+    import seal.config_base
 
     asked = []
 
@@ -131,7 +131,7 @@ def test_run_verl_checks_a_hub_model_before_ray_starts(tmp_path, monkeypatch, pl
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(seal.model_source, "check_hub_model", unreachable)
+    monkeypatch.setattr(seal.config_base, "check_hub_model", unreachable)
     started = []
     monkeypatch.setattr(verl.trainer.main_ppo, "run_ppo", lambda *a, **k: started.append(a))
     with pytest.raises(ConfigError, match="hub is unreachable"):
@@ -149,8 +149,8 @@ def test_runner_factory_keeps_options():
 
 
 def test_task_dataset_rows(seal_cfg):
-    train = BfclTaskDataset.from_config(seal_cfg, "train")
-    val = BfclTaskDataset.from_config(seal_cfg, "val")
+    train = TaskDataset.from_config(seal_cfg, "train")
+    val = TaskDataset.from_config(seal_cfg, "val")
     assert len(train) == 400 and len(val) == 400 and not set(train.task_ids) & set(val.task_ids)
     row = train[0]
     assert row["task_id"] == row["index"] == row["extra_info"]["index"] == row["raw_prompt"][0]["content"]
@@ -162,10 +162,10 @@ def test_task_dataset_rows(seal_cfg):
 
 def test_task_dataset_follows_seal_tasks(seal_cfg):
     cfg = OmegaConf.merge(seal_cfg, {"seal": {"tasks": {"categories": ["multi_turn_miss_func"], "max_val_tasks": 5}}})
-    val = BfclTaskDataset.from_config(cfg, "val")
+    val = TaskDataset.from_config(cfg, "val")
     assert len(val) == 5 and {r["data_source"] for r in (val[i] for i in range(5))} == {"multi_turn_miss_func"}
     with pytest.raises(ValueError, match="rollout_mode"):
-        BfclTaskDataset(["multi_turn_base_0"], rollout_mode="train")
+        TaskDataset(["multi_turn_base_0"], rollout_mode="train")
 
 
 def _gen_batch(trainer, rows):
@@ -179,8 +179,8 @@ def _gen_batch(trainer, rows):
 
 
 def test_generation_batch_carries_env_params_per_mode(seal_cfg, vanilla_cfg, tmp_path):
-    train = BfclTaskDataset(["multi_turn_base_3", "multi_turn_long_context_9"], rollout_mode="sample")
-    val = BfclTaskDataset(["multi_turn_base_4"], rollout_mode="validate")
+    train = TaskDataset(["multi_turn_base_3", "multi_turn_long_context_9"], rollout_mode="sample")
+    val = TaskDataset(["multi_turn_base_4"], rollout_mode="validate")
     trainer = make_trainer(seal_cfg, tmp_path, step=13, steps_per_epoch=12)
     batch, gen = _gen_batch(trainer, [train[0], train[1]])
     params = gen.non_tensor_batch["env_params"]

@@ -31,7 +31,7 @@ from verl.experimental.agent_loop.agent_loop import (  # noqa: E402
 from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: E402
 from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn  # noqa: E402
 
-from seal.trainer.verl.dataset import BfclTaskDataset  # noqa: E402
+from seal.trainer.verl.dataset import TaskDataset  # noqa: E402
 from seal.trainer.verl.main import AGENT_LOOPS_YAML  # noqa: E402
 
 MODEL_DIR = REPO_ROOT / "models" / "SmolLM2-135M-Instruct"
@@ -109,7 +109,7 @@ class ActorGroup:
 
 def test_one_step_through_verls_rollout_path(tokenizer, tmp_path):
     cfg = compose_config("exp/SEAL.yaml", ["env_service.url=null", "actor_rollout_ref.rollout.n=2"])
-    dataset = BfclTaskDataset([TASK], rollout_mode="sample",
+    dataset = TaskDataset([TASK], rollout_mode="sample",
                               agent_name=str(cfg.actor_rollout_ref.rollout.agent.default_agent_loop))
     batch = DataProto.from_single_dict(collate_fn([dataset[0]]))
     batch.non_tensor_batch["uid"] = np.array(["uid-0"], dtype=object)
