@@ -5,7 +5,6 @@ tags; the tool box's safety; the registration's derived params check and blocks.
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
 import sys
@@ -58,7 +57,6 @@ TASKS = [Task(id="count_0", category="add", split="train", user_turns=["Add 2.",
          Task(id="count_1", category="read", split="val", user_turns=["Read it.", "Add 1."],
               gt_turns=[["read()"], ["add(amount=1)"]], tools=tool_docs([Counter]))]
 CALL = re.compile(r"CALL (\w+)\s*(\{.*?\})?$", re.M)
-PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
 
 
 class CounterEpisode(ToolEpisode):
@@ -120,15 +118,9 @@ def test_the_declared_tool_error_rule_drives_the_counts_and_hints(counter: str) 
 
 
 @pytest.fixture
-def ledger(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+def ledger(import_plugin) -> ModuleType:
     """``tests/plugins/ledger_env.py`` imported fresh (it registers ``ledger``), unregistered after."""
-    monkeypatch.syspath_prepend(str(PLUGINS))
-    sys.modules.pop("ledger_env", None)
-    try:
-        yield importlib.import_module("ledger_env")
-    finally:
-        unregister_environment("ledger")
-        sys.modules.pop("ledger_env", None)
+    return import_plugin("ledger_env", "ledger")
 
 
 def _call(name: str, **arguments: object) -> str:

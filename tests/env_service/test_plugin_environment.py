@@ -5,7 +5,6 @@ and an unknown name says how to plug one in. No file of the project names ``home
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import subprocess
@@ -29,15 +28,9 @@ CONF = str(PLUGIN_DIR / "home.yaml")
 
 
 @pytest.fixture
-def home(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+def home(import_plugin) -> ModuleType:
     """``home_env`` importable (on sys.path only: no PYTHONPATH), imported fresh, unregistered after."""
-    monkeypatch.syspath_prepend(str(PLUGIN_DIR))
-    sys.modules.pop("home_env", None)
-    try:
-        yield importlib.import_module("home_env")
-    finally:
-        unregister_environment("home")
-        sys.modules.pop("home_env", None)
+    return import_plugin("home_env", "home")
 
 
 def play(client: EnvClient, module: ModuleType, task_id: str, replies: list[str] | None = None) -> tuple[float, dict]:
