@@ -4,17 +4,17 @@ One run meets both faults, then a resume finishes it:
 
 1. the environment service is killed while step 2 plays its episodes: the step completes with
    those episodes excluded and counted (``seal/env_faults``), its update skipped and counted,
-   and its checkpoint written; the service is started again;
-2. verl's actor worker (a Ray actor process) is killed during step 3: the run stops with one
-   line naming the failure and the checkpoint to continue from;
+   and its checkpoint written;
+2. verl's actor worker (a Ray actor process) is killed as step 3 begins: the run stops with one
+   line naming the failure and the checkpoint to continue from; the service is started again;
 3. ``trainer.resume_mode=auto`` continues from checkpoint 2 and runs step 3 only: no step lost
    or repeated.
 """
 
 from __future__ import annotations
 
+import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -26,13 +26,6 @@ import pytest
 from test_gpu_smoke import MODEL_DIR, _free_port, _tiny_model
 
 from seal.config import REPO_ROOT
-
-STEP_LINE = re.compile(r"step:(\d+) - (.*)")
-
-
-def _metric(line: str, key: str) -> float | None:
-    found = re.search(rf"(?:^| - ){re.escape(key)}:(?:np\.float64\()?([-0-9.e]+)", line)
-    return float(found.group(1)) if found else None
 
 
 def _start_service(port: int, log: Path) -> subprocess.Popen:
@@ -63,9 +56,13 @@ def _tracker(exp: Path) -> int:
 
 
 def _launch(cwd: Path, overrides: list[str], log: Path) -> subprocess.Popen:
+    """The launcher, with verl's file logger writing each step's metrics to ``<log>.jsonl`` as the
+    trainer (a Ray actor) ends the step; its console line reaches ``log`` later, through Ray's log
+    forwarding."""
+    env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(log.with_suffix(".jsonl"))}
     return subprocess.Popen([sys.executable, str(REPO_ROOT / "launcher.py"), "--conf",
-                             str(REPO_ROOT / "exp" / "verl_cpu.yaml"), "--", *overrides],
-                            cwd=cwd, stdout=log.open("w"), stderr=subprocess.PIPE, text=True)
+                             str(REPO_ROOT / "exp" / "verl_cpu.yaml"), "--", *overrides, "trainer.logger=[console,file]"],
+                            cwd=cwd, stdout=log.open("w"), stderr=subprocess.PIPE, text=True, env=env)
 
 
 def _wait_for(condition, proc: subprocess.Popen, what: str, timeout: float = 600) -> None:
@@ -73,14 +70,17 @@ def _wait_for(condition, proc: subprocess.Popen, what: str, timeout: float = 600
     while not condition():
         assert proc.poll() is None, f"the run ended before {what}"
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
+        time.sleep(0.2)
 
 
-def _steps(log: Path) -> dict[int, str]:
-    lines = [m for m in map(STEP_LINE.search, log.read_text().splitlines()) if m]
-    steps = [int(m.group(1)) for m in lines]
+def _steps(log: Path) -> dict[int, dict[str, float]]:
+    """Each logged step's metrics, from the run's file logger (see :func:`_launch`)."""
+    path = log.with_suffix(".jsonl")
+    finished = path.read_text().split("\n")[:-1] if path.is_file() else []  # a line being written is not yet one
+    records = [json.loads(line) for line in finished if line.strip()]
+    steps = [int(r["step"]) for r in records]
     assert len(steps) == len(set(steps)), f"a step was logged twice: {steps}"
-    return {int(m.group(1)): m.group(2) for m in lines}
+    return {int(r["step"]): r["data"] for r in records}
 
 
 @pytest.mark.slow
@@ -99,11 +99,12 @@ def test_a_killed_service_and_a_killed_ray_worker_lose_no_step(tmp_path: Path) -
         run = _launch(tmp_path, overrides, tmp_path / "run.log")
         _wait_for(lambda: _tracker(exp) >= 1, run, "checkpoint 1")
         _stop(service)  # step 2 plays against a dead service
-        _wait_for(lambda: _tracker(exp) >= 2, run, "checkpoint 2")
-        service = _start_service(port, service_log)
-        time.sleep(2)  # step 3 is under way (generation against the restored service)
+        # Step 2's record is written after everything step 2 does with the workers (its checkpoint,
+        # the weight sync); step 3 needs the actor worker again before its own checkpoint.
+        _wait_for(lambda: 2 in _steps(tmp_path / "run.log"), run, "step 2's metrics")
         worker = subprocess.run(["pkill", "-9", "-f", "ray::WorkerDict"], capture_output=True)
         assert worker.returncode == 0, "no verl worker process to kill"
+        service = _start_service(port, service_log)  # for the resume
         _, stderr = run.communicate(timeout=300)
         assert run.returncode == 1, stderr[-3000:]
         errors = [line for line in stderr.splitlines() if line.startswith("error:")]
@@ -111,15 +112,17 @@ def test_a_killed_service_and_a_killed_ray_worker_lose_no_step(tmp_path: Path) -
         assert "continue from checkpoint step 2 with trainer.resume_mode=auto" in errors[0]
         first = _steps(tmp_path / "run.log")
         assert sorted(first) == [1, 2], sorted(first)
-        assert _metric(first[2], "seal/env_faults") == 4.0 and _metric(first[2], "seal/skipped_updates") == 1.0
-        assert _metric(first[1], "seal/env_faults") == 0.0
+        assert first[2]["seal/env_faults"] == 4.0 and first[2]["seal/skipped_updates"] == 1.0
+        assert first[1]["seal/env_faults"] == 0.0
 
         resumed = _launch(tmp_path, [*overrides, "trainer.resume_mode=auto"], tmp_path / "resume.log")
         _, stderr = resumed.communicate(timeout=600)
         assert resumed.returncode == 0, stderr[-3000:]
         second = _steps(tmp_path / "resume.log")
         assert sorted(second) == [3], sorted(second)
-        assert _metric(second[3], "seal/env_faults") == 0.0 and _metric(second[3], "seal/observed_episodes") == 4.0
+        # What the user reads: the last step's console line, forwarded from the trainer's Ray actor.
+        assert "step:3 - " in (tmp_path / "resume.log").read_text()
+        assert second[3]["seal/env_faults"] == 0.0 and second[3]["seal/observed_episodes"] == 4.0
         assert _tracker(exp) == 3
     finally:
         _stop(service)

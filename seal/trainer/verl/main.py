@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,11 @@ from seal.trainer import RunStopped
 from verl.trainer.main_ppo_v0 import BaseTaskRunner
 
 logger = logging.getLogger(__name__)
+
+# The trainer prints each step's metrics line in a Ray actor, and Ray's log monitor forwards it to
+# this console within a fraction of a second; a shutdown right after the run ends drops what is not
+# forwarded yet (ray-project/ray#31931), which is the last step's line with the final validation.
+RAY_LOG_GRACE_S = 3.0
 
 # Config keys holding filesystem paths that Ray workers resolve against their own working
 # directory; they are made absolute on the driver (relative to where the run was started).
@@ -177,6 +183,7 @@ def run_verl(cfg: DictConfig, *, exp_dir: Path) -> None:
         raise RunStopped(stopped_line(exc, prepared)) from exc
     finally:
         if ray.is_initialized():
+            time.sleep(RAY_LOG_GRACE_S)
             ray.shutdown()
 
 
