@@ -18,7 +18,7 @@ module listed under ``seal.plugins`` (see ``docs/extending.md``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from seal_shared.types import UNKNOWN_TAG, FailureTag, PaperLabel
@@ -192,15 +192,10 @@ def default_guidelines() -> dict[str, str]:
     return {d.name: d.guideline for d in _ORDER if d.guideline}
 
 
-def _register_all(definitions: Iterable[TagDefinition]) -> None:
-    for definition in definitions:
-        register_tag(definition)
-
-
 T, P = FailureTag, PaperLabel
 
 # The release's tags, in its priority order; weights are the release's A-Patch defaults.
-_register_all([
+for _definition in [
     TagDefinition(
         T.GT_ERROR, 10, lambda e: e.gt_error, weight=1.0, excluded=True, failure=False,
         description="Executing the ground-truth calls of this turn raised; the turn cannot be judged.",
@@ -252,5 +247,6 @@ _register_all([
         T.PASS, 1000, lambda e: True, weight=1.0, failure=False,
         description="Both the state check and the cumulative response check passed.",
     ),
-])
-del T, P
+]:
+    register_tag(_definition)
+del T, P, _definition

@@ -77,18 +77,6 @@ class EpisodeCheck:
                 "terminated_early", "details")
         return cls(**{k: result[k] for k in keys}, tags=list(result["failure_tags"]), turns=turns, evaluation=result)
 
-    @property
-    def per_turn_valid(self) -> list[bool | None]:
-        return [t.valid for t in self.turns]
-
-    @property
-    def irrelevance_per_turn(self) -> list[bool | None]:
-        return [t.irrelevance for t in self.turns]
-
-    @property
-    def accuracy(self) -> float:
-        return 1.0 if self.valid else 0.0
-
     def to_dict(self) -> dict[str, Any]:
         return dict(self.evaluation)
 
