@@ -25,7 +25,7 @@ import json
 import logging
 from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from env_service.bfcl.checker import check_turns, judge
 from env_service.bfcl.executor import ERROR_PREFIX, REFUSED_KINDS, Executor
@@ -81,18 +81,12 @@ class BfclParams(InterfaceParams):
     def _parser(cls, v: str | None) -> str | None:
         return None if v is None else resolve_mode(v)
 
-    @field_validator("tool_prompt_mode")
+    @field_validator("tool_prompt_mode", "tool_result_mode")
     @classmethod
-    def _prompt_mode(cls, v: str) -> str:
-        if v not in TOOL_PROMPT_MODES:
-            raise ValueError(f"tool_prompt_mode {v!r} is not supported; use one of {', '.join(TOOL_PROMPT_MODES)}")
-        return v
-
-    @field_validator("tool_result_mode")
-    @classmethod
-    def _result_mode(cls, v: str | None) -> str | None:
-        if v is not None and v not in TOOL_RESULT_MODES:
-            raise ValueError(f"tool_result_mode {v!r} is not supported; use one of {', '.join(TOOL_RESULT_MODES)}")
+    def _supported_mode(cls, v: str | None, info: ValidationInfo) -> str | None:
+        supported = TOOL_PROMPT_MODES if info.field_name == "tool_prompt_mode" else TOOL_RESULT_MODES
+        if v is not None and v not in supported:
+            raise ValueError(f"{info.field_name} {v!r} is not supported; use one of {', '.join(supported)}")
         return v
 
     @model_validator(mode="after")
