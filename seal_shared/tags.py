@@ -23,20 +23,9 @@ from dataclasses import dataclass
 
 from seal_shared.types import UNKNOWN_TAG, FailureTag, PaperLabel
 
-__all__ = [
-    "TagDefinition",
-    "TurnEvidence",
-    "classify_turn",
-    "default_guidelines",
-    "default_tag_weights",
-    "excluded_tags",
-    "get_tag",
-    "guideline_excluded_tags",
-    "known_tags",
-    "register_tag",
-    "tag_definitions",
-    "unregister_tag",
-]
+__all__ = ["TagDefinition", "TurnEvidence", "classify_turn", "default_guidelines", "default_tag_weights",
+           "excluded_tags", "get_tag", "guideline_excluded_tags", "known_tags", "register_tag", "tag_definitions",
+           "unregister_tag"]
 
 
 @dataclass(frozen=True)
