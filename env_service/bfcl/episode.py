@@ -30,7 +30,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from env_service.bfcl.checker import check_turns, judge
 from env_service.bfcl.executor import ERROR_PREFIX, REFUSED_KINDS, Executor
 from env_service.bfcl.tasks import BfclTask
-from env_service.kit import InterfaceParams, ParseResult, ToolEpisode, ToolResult, TurnCheck, TurnVerdict
+from env_service.kit import InterfaceParams, ParseResult, ToolEpisode, ToolResult, TurnCheck
 from env_service.kit.parsers import parse_tool_calls, resolve_mode
 from env_service.kit.prompts import PROMPT_MODE_PAIRS, TOOL_PROMPT_MODES, TOOL_RESULT_MODES, observation_role
 
@@ -168,9 +168,7 @@ class BfclEpisode(ToolEpisode):
     def check_turns(self) -> list[TurnCheck]:
         return list(check_turns(self.model_turns, self.task.gt_turns, self.task.entry))
 
-    def judge_turn(self, check: TurnCheck, index: int) -> TurnVerdict | None:
-        """BFCL's checker judged each turn itself (``BfclTurnCheck.verdict``)."""
-        return judge(check, index)
+    judge_turn = staticmethod(judge)  # BFCL's checker judged each turn itself (BfclTurnCheck.verdict)
 
     def turn_message(self, turn: int) -> tuple[str, dict[str, Any]]:
         text = self.task.user_message(turn)

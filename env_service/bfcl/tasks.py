@@ -184,11 +184,8 @@ def data_dir() -> Path:
 
 
 def load_split(name: str) -> list[str]:
-    """Task ids of a SEAL split: ``train`` (400), ``val`` (100), ``test`` (300) or ``eval`` (val+test).
-
-    Reads the parquet files, not ``bfcl_400_split.json`` (an older split that overlaps the
-    eval set and must not be used as an evaluation list).
-    """
+    """Task ids of a SEAL split: ``train`` (400), ``val`` (100), ``test`` (300) or ``eval`` (val+test),
+    from the parquet files (see the module docstring)."""
     if name not in SPLITS:
         raise ValueError(f"unknown split {name!r}; expected one of {', '.join(SPLITS)}")
     import pyarrow.parquet as pq  # deferred: only callers of splits pay for pyarrow

@@ -87,13 +87,8 @@ _TOOL_ERROR_RULES: tuple[tuple[re.Pattern, Callable[[re.Match, str, Sequence[str
 
 
 def tool_error_hint(error_text: str, *, tool_names: Sequence[str] = ()) -> str | None:
-    """A one-line recovery hint for a tool's error text, or ``None``.
-
-    Rules, first match wins: missing required argument(s); unexpected keyword argument; no such
-    file/directory; path instead of a single name; authentication required; unknown tool
-    (lists up to 8 tools); wrong type ("expected ... got"); then a generic hint for a short
-    error (< 200 characters); otherwise no hint.
-    """
+    """A one-line recovery hint for a tool's error text: the first matching rule's, else a generic hint
+    for a short error (under :data:`GENERIC_HINT_MAX_CHARS`), else ``None``."""
     if not error_text.strip():
         return None
     for pattern, build in _TOOL_ERROR_RULES:
