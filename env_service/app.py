@@ -291,8 +291,7 @@ def _add_compat_routes(app: FastAPI, service: EnvService) -> None:
 
     @app.post("/evaluate", response_model=schemas.Envelope, responses=_ERRORS, tags=["release-compatible"])
     async def evaluate(req: schemas.ServiceRequest) -> JSONResponse:
-        instance_id = _require_instance(req)
-        return _envelope(await service.evaluate(instance_id, bool(req.params.get("sparse", False))))
+        return _envelope(await service.evaluate(_require_instance(req), bool(req.params.get("sparse", False))))
 
     @app.post("/get_info", response_model=schemas.Envelope, responses=_ERRORS, tags=["release-compatible"])
     async def get_info(req: schemas.ServiceRequest) -> JSONResponse:

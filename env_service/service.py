@@ -123,8 +123,7 @@ class LatencyWindow:
 def observation_message(content: str, info: dict | None = None) -> dict:
     """The release's observation message: the text and an empty ``tool_calls``, with role ``user``,
     or the role the episode reports in its step ``info`` (``ipython`` in the Llama-3.1 modes)."""
-    role = (info or {}).get("observation_role") or "user"
-    return {"role": role, "content": content, "tool_calls": []}
+    return {"role": (info or {}).get("observation_role") or "user", "content": content, "tool_calls": []}
 
 
 def check_instance_id(instance_id: str) -> str:
@@ -337,9 +336,8 @@ class EnvService:
     # ------------------------------------------------------------------ reaper
 
     async def _reap_forever(self) -> None:
-        interval = self.config.resolved_reap_interval_s
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(self.config.resolved_reap_interval_s)
             try:
                 await self.reap()
             except OpError as err:

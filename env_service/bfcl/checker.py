@@ -170,8 +170,7 @@ def check_turns(model_turns: list[list[list[str]]], gt_turns: list[list[str]], e
             state_valid=None if outcome.state is None else outcome.state["valid"],
             response_valid=None if outcome.response is None else outcome.response["valid"],
             model_calls=tuple(c for s in steps for c in s), gt_calls=tuple(gt_calls),
-            model_results=tuple(turn_results),
-        )
+            model_results=tuple(turn_results))
         checks.append(BfclTurnCheck(evidence, tuple(_clip(e) for e in outcome.errors), verdict))
     return checks
 

@@ -84,8 +84,7 @@ def backend_class(class_name: str) -> type:
     """The BFCL backend class for ``class_name`` (one of the 8 multi-turn classes)."""
     if class_name not in MULTI_TURN_CLASSES:
         raise KeyError(f"unknown BFCL multi-turn class {class_name!r}; expected one of {', '.join(MULTI_TURN_CLASSES)}")
-    module = importlib.import_module(CLASS_FILE_PATH_MAPPING[class_name])
-    return getattr(module, class_name)
+    return getattr(importlib.import_module(CLASS_FILE_PATH_MAPPING[class_name]), class_name)
 
 
 class Executor:

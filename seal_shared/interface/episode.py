@@ -83,12 +83,10 @@ class EpisodeInterface:
     def __post_init__(self) -> None:
         if self.rollout_mode not in ROLLOUT_MODES:
             raise ValueError(f"params.rollout_mode must be one of {list(ROLLOUT_MODES)}, got {self.rollout_mode!r}")
-        v = self.is_validation
-        self._active = {
-            "observation_lite": _gate(self.observation_lite, validation=v, category=self.category),
-            "tool_feedback_evolution": _gate(self.tool_feedback, validation=v, category=self.category),
-            "diagnostic_evolution": _gate(self.diagnostic, validation=v, category=self.category),
-        }
+        blocks = {"observation_lite": self.observation_lite, "tool_feedback_evolution": self.tool_feedback,
+                  "diagnostic_evolution": self.diagnostic}
+        self._active = {key: _gate(block, validation=self.is_validation, category=self.category)
+                        for key, block in blocks.items()}
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any] | None, *, category: str) -> EpisodeInterface:
