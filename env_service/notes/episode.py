@@ -44,6 +44,10 @@ def default_store() -> TaskStore:
     return TaskStore.from_jsonl(TASKS_FILE, NotesTask.from_record, env="notes")
 
 
+def load_split(split: str) -> list[str]:
+    return default_store().load_split(split)
+
+
 class NotesEpisode(ToolEpisode):
     """One rollout of one notes task: the kit's protocol on the task's apps."""
 
