@@ -10,10 +10,6 @@ released / reaped instance id, 409 instance id already live, 413 content too lar
 reached, worker lost or timed out, 500 anything unexpected. The body is always an ``ErrorResponse``
 with a one-line ``detail``; tracebacks go to the service log only. A JSON body nesting deeper than
 :data:`env_service.schemas.MAX_NESTING` levels is refused (413) as it is parsed, before validation.
-
-An unexpected error is answered by the outermost middleware itself, so the connection stays open for
-the client's next request (an exception left to Starlette's last-resort handler is re-raised to the
-server, which then closes a kept-alive connection after the 500).
 """
 
 from __future__ import annotations
@@ -68,21 +64,13 @@ def _error(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse(body.model_dump(), status_code=status)
 
 
-class _BodyTooLarge(StarletteHTTPException):
-    """Raised from ``receive`` when a body (chunked ones included) passes the limit; FastAPI lets
-    HTTP exceptions through its body parsing, so the error handlers answer it as a 413."""
+class _TooLarge(StarletteHTTPException):
+    """A body refused while it is read (past the size limit, chunked ones included) or parsed (nesting past
+    :data:`schemas.MAX_NESTING`); FastAPI lets HTTP exceptions through its body parsing, so the error
+    handlers answer it as a 413."""
 
-    def __init__(self, limit: int) -> None:
-        super().__init__(413, f"request body exceeds {limit} bytes")
-
-
-class _TooDeep(StarletteHTTPException):
-    """Raised while a body is parsed when it nests past :data:`schemas.MAX_NESTING`; FastAPI lets HTTP
-    exceptions through its body parsing, so the error handlers answer it as a 413."""
-
-    def __init__(self) -> None:
-        super().__init__(413, f"the body nests objects/lists deeper than {schemas.MAX_NESTING} levels "
-                              "(fix: send flat params; no request of this service needs more)")
+    def __init__(self, detail: str) -> None:
+        super().__init__(413, detail)
 
 
 class _NestingLimitedRequest(Request):
@@ -105,7 +93,8 @@ class _NestingLimitedRequest(Request):
     async def json(self) -> Any:
         body = await super().json()
         if schemas.nesting_exceeds(body):
-            raise _TooDeep()
+            raise _TooLarge(f"the body nests objects/lists deeper than {schemas.MAX_NESTING} levels "
+                            "(fix: send flat params; no request of this service needs more)")
         return body
 
 
@@ -177,8 +166,9 @@ class _LatencyMiddleware:
     reading, and a body without one (``transfer-encoding: chunked``) is counted as it arrives.
     Repeated slashes are folded because the release's client posts to ``//get_env_profile``.
     An exception no handler took is answered here with a one-line 500 and not re-raised, so the
-    server keeps the connection alive (see the module docstring). Pure ASGI (cheaper than
-    ``BaseHTTPMiddleware``).
+    server keeps the connection open for the client's next request (an exception left to Starlette's
+    last-resort handler is re-raised to the server, which then closes a kept-alive connection after
+    the 500). Pure ASGI (cheaper than ``BaseHTTPMiddleware``).
     """
 
     def __init__(self, app: Any, service: EnvService) -> None:
@@ -206,7 +196,7 @@ class _LatencyMiddleware:
             message = await receive()
             received += len(message.get("body", b""))
             if received > self.max_body:
-                raise _BodyTooLarge(self.max_body)
+                raise _TooLarge(f"request body exceeds {self.max_body} bytes")
             return message
 
         started = False
@@ -301,8 +291,7 @@ def _add_compat_routes(app: FastAPI, service: EnvService) -> None:
 
     @app.post("/evaluate", response_model=schemas.Envelope, responses=_ERRORS, tags=["release-compatible"])
     async def evaluate(req: schemas.ServiceRequest) -> JSONResponse:
-        instance_id = _require_instance(req)
-        return _envelope(await service.evaluate(instance_id, bool(req.params.get("sparse", False))))
+        return _envelope(await service.evaluate(_require_instance(req), bool(req.params.get("sparse", False))))
 
     @app.post("/get_info", response_model=schemas.Envelope, responses=_ERRORS, tags=["release-compatible"])
     async def get_info(req: schemas.ServiceRequest) -> JSONResponse:

@@ -107,27 +107,24 @@ class _HttpTransport:
         self.urls = [u.rstrip("/") for u in urls]
         self.retries = retries
         self.backoff_s = backoff_s
-        self._timeout_s = timeout_s
         self._shards = -(-max_connections // self._SHARD_CONNECTIONS)
         # Each shard may open up to max_connections so that an unlucky hash split never makes requests
         # wait for a connection; in practice a shard holds about max_connections / shards of them.
-        self._limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        self._ssl = ssl.create_default_context()  # built once: httpx would load the CA file per client
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        # The SSL context is built once: httpx would load the CA file per client.
+        self._client_options = {"timeout": timeout_s, "limits": limits, "verify": ssl.create_default_context()}
         self._http: dict[int, httpx.Client] = {}
         self._ahttp: dict[int, httpx.AsyncClient] = {}
 
     def _sync_client(self, shard: int) -> httpx.Client:
-        client = self._http.get(shard)
-        if client is None:
-            client = self._http[shard] = httpx.Client(timeout=self._timeout_s, limits=self._limits, verify=self._ssl)
-        return client
+        if shard not in self._http:
+            self._http[shard] = httpx.Client(**self._client_options)
+        return self._http[shard]
 
     def _async_client(self, shard: int) -> httpx.AsyncClient:
-        client = self._ahttp.get(shard)
-        if client is None:
-            client = self._ahttp[shard] = httpx.AsyncClient(timeout=self._timeout_s, limits=self._limits,
-                                                            verify=self._ssl)
-        return client
+        if shard not in self._ahttp:
+            self._ahttp[shard] = httpx.AsyncClient(**self._client_options)
+        return self._ahttp[shard]
 
     def _hash(self, key: str | None) -> int:
         return 0 if key is None else zlib.crc32(key.encode())

@@ -22,14 +22,8 @@ from pydantic import ValidationError
 logger = logging.getLogger(__name__)
 
 # Error code -> HTTP status. The codes are the public vocabulary of ErrorResponse.error.code.
-STATUS_BY_CODE: dict[str, int] = {
-    "bad_request": 400,
-    "not_found": 404,
-    "conflict": 409,
-    "too_large": 413,
-    "unavailable": 503,
-    "internal": 500,
-}
+STATUS_BY_CODE: dict[str, int] = {"bad_request": 400, "not_found": 404, "conflict": 409, "too_large": 413,
+                                  "unavailable": 503, "internal": 500}
 
 
 def one_line(text: object, limit: int = 400) -> str:
@@ -74,11 +68,8 @@ class Episode(Protocol):
     an object with ``observation``, ``terminated`` and ``info`` (``env_service.kit.StepOutcome``)."""
 
     def reset(self) -> list[dict]: ...
-
     def step(self, content: str) -> Any: ...
-
     def evaluate(self, sparse: bool) -> float | dict: ...
-
     def info(self) -> Any: ...
 
 
@@ -101,9 +92,6 @@ class EpisodeHost:
     def __init__(self, make_episode: EpisodeFactory) -> None:
         self._make_episode = make_episode
         self._episodes: dict[str, Episode] = {}
-
-    def __len__(self) -> int:
-        return len(self._episodes)
 
     def handle(self, op: str, instance_id: str, payload: dict) -> Any:
         """Run one operation; raises :class:`OpError` only."""
@@ -161,19 +149,9 @@ class EpisodeHost:
         """Release several instances at once (the reaper, a dying client); returns how many were live."""
         return sum(self._episodes.pop(i, None) is not None for i in payload["instance_ids"])
 
-    def _count(self, instance_id: str, payload: dict) -> int:
-        return len(self._episodes)
-
 
 _OPS: dict[str, Callable[[EpisodeHost, str, dict], Any]] = {
-    "create": EpisodeHost._create,
-    "step": EpisodeHost._step,
-    "evaluate": EpisodeHost._evaluate,
-    "info": EpisodeHost._info,
-    "release": EpisodeHost._release,
-    "drop": EpisodeHost._drop,
-    "count": EpisodeHost._count,
-}
+    op: getattr(EpisodeHost, f"_{op}") for op in ("create", "step", "evaluate", "info", "release", "drop")}
 
 
 def load_host_factory(path: str) -> Callable[[], EpisodeHost]:

@@ -9,8 +9,6 @@ signature, as Python would bind them. Calls are written in the syntax of the epi
 ``tool_call_parser``: ``<tool_call>`` JSON blocks (``xml_json``, the default), a Python call list
 ``[f(a=1), g(b='x')]`` (``python_list`` / ``toolace_fc``) or JSON objects with ``name`` and
 ``parameters`` (``llama3_json`` / ``llama31_official_fc``).
-
-Used by the service tests, the benchmark and the soak script.
 """
 
 from __future__ import annotations

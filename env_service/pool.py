@@ -240,13 +240,10 @@ class WorkerPool:
         self._stopping = True
         for task in list(self._respawns):
             task.cancel()
-        for worker in self._workers:
-            if worker is None:
-                continue
+        live = [w for w in self._workers if w is not None]
+        for worker in live:
             worker.writer.close()  # the worker sees end of stream and exits
-        for worker in self._workers:
-            if worker is None:
-                continue
+        for worker in live:
             await asyncio.to_thread(worker.process.join, 5.0)
             if worker.process.is_alive():
                 worker.process.kill()

@@ -59,9 +59,7 @@ class TaskIndex(Protocol):
     """What consumers read from an environment's task store."""
 
     def get(self, task_id: str) -> TaskRecord: ...
-
     def ids(self) -> list[str]: ...
-
     def __contains__(self, task_id: object) -> bool: ...
 
 

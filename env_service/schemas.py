@@ -9,9 +9,8 @@ Two families of routes share one implementation (``env_service.service.EnvServic
 * the typed ``/v1/...`` routes: one request/response pair per route, each response carrying
   ``protocol_version``. :class:`env_service.client.EnvClient` speaks these.
 
-Errors on both families are an :class:`ErrorResponse` with an HTTP status: 400 bad input, 404 unknown
-task or instance id, 409 instance id already live, 413 content too large, 503 overload / lost worker /
-timeout, 500 anything else. ``detail`` is always one line; tracebacks stay in the service log.
+Errors on both families are an :class:`ErrorResponse` with a one-line ``detail`` (the statuses:
+:mod:`env_service.app`).
 
 Nesting: a request body whose objects and lists nest deeper than :data:`MAX_NESTING` levels (the
 body itself is level 1) is refused with 413 before it is validated or forwarded, so no deep value

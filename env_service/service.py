@@ -10,11 +10,12 @@ and ``client.EnvClient.in_process`` calls it directly.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import time
 import uuid
-from collections import OrderedDict, deque
+from collections import OrderedDict, defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -104,14 +105,10 @@ class LatencyWindow:
     """Per-route request durations over a sliding window (for ``/metrics`` p50/p99)."""
 
     def __init__(self, size: int = 4096) -> None:
-        self._size = size
-        self._samples: dict[str, deque[float]] = {}
+        self._samples: defaultdict[str, deque[float]] = defaultdict(functools.partial(deque, maxlen=size))
 
     def record(self, route: str, seconds: float) -> None:
-        window = self._samples.get(route)
-        if window is None:
-            window = self._samples[route] = deque(maxlen=self._size)
-        window.append(seconds)
+        self._samples[route].append(seconds)
 
     def summary(self) -> dict[str, dict[str, float]]:
         out = {}
@@ -126,8 +123,7 @@ class LatencyWindow:
 def observation_message(content: str, info: dict | None = None) -> dict:
     """The release's observation message: the text and an empty ``tool_calls``, with role ``user``,
     or the role the episode reports in its step ``info`` (``ipython`` in the Llama-3.1 modes)."""
-    role = (info or {}).get("observation_role") or "user"
-    return {"role": role, "content": content, "tool_calls": []}
+    return {"role": (info or {}).get("observation_role") or "user", "content": content, "tool_calls": []}
 
 
 def check_instance_id(instance_id: str) -> str:
@@ -340,9 +336,8 @@ class EnvService:
     # ------------------------------------------------------------------ reaper
 
     async def _reap_forever(self) -> None:
-        interval = self.config.resolved_reap_interval_s
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(self.config.resolved_reap_interval_s)
             try:
                 await self.reap()
             except OpError as err:

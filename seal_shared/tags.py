@@ -18,25 +18,14 @@ module listed under ``seal.plugins`` (see ``docs/extending.md``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from seal_shared.types import UNKNOWN_TAG, FailureTag, PaperLabel
 
-__all__ = [
-    "TagDefinition",
-    "TurnEvidence",
-    "classify_turn",
-    "default_guidelines",
-    "default_tag_weights",
-    "excluded_tags",
-    "get_tag",
-    "guideline_excluded_tags",
-    "known_tags",
-    "register_tag",
-    "tag_definitions",
-    "unregister_tag",
-]
+__all__ = ["TagDefinition", "TurnEvidence", "classify_turn", "default_guidelines", "default_tag_weights",
+           "excluded_tags", "get_tag", "guideline_excluded_tags", "known_tags", "register_tag", "tag_definitions",
+           "unregister_tag"]
 
 
 @dataclass(frozen=True)
@@ -142,8 +131,7 @@ def unregister_tag(name: str) -> None:
     """Remove a registered tag (for tests and plug-in reloads); the release's tags cannot be removed."""
     if name in {str(t) for t in FailureTag}:
         raise ValueError(f"{name!r} is one of the release's tags and cannot be removed")
-    definition = _REGISTRY.pop(name)
-    _ORDER.remove(definition)
+    _ORDER.remove(_REGISTRY.pop(name))
 
 
 def get_tag(name: str) -> TagDefinition:
@@ -192,36 +180,27 @@ def default_guidelines() -> dict[str, str]:
     return {d.name: d.guideline for d in _ORDER if d.guideline}
 
 
-def _register_all(definitions: Iterable[TagDefinition]) -> None:
-    for definition in definitions:
-        register_tag(definition)
-
-
 T, P = FailureTag, PaperLabel
 
 # The release's tags, in its priority order; weights are the release's A-Patch defaults.
-_register_all([
+for _definition in [
     TagDefinition(
         T.GT_ERROR, 10, lambda e: e.gt_error, weight=1.0, excluded=True, failure=False,
-        description="Executing the ground-truth calls of this turn raised; the turn cannot be judged.",
-    ),
+        description="Executing the ground-truth calls of this turn raised; the turn cannot be judged."),
     TagDefinition(
         T.SPURIOUS_TOOL_CALL, 20, lambda e: e.gt_empty and e.model_called, weight=2.0,
         paper_label=P.INVALID_TOOL_CALL,
         description="The right move was to abstain (empty ground truth), but the model called a tool.",
         guideline=("If the request cannot be served by the available tools or lacks needed details, "
-                   "do not call a tool; say so in plain text."),
-    ),
+                   "do not call a tool; say so in plain text.")),
     TagDefinition(
         T.CORRECT_ABSTENTION, 21, lambda e: e.gt_empty, weight=1.8, failure=False,
-        description="The ground truth is empty and the model made no call: a correct abstention.",
-    ),
+        description="The ground truth is empty and the model made no call: a correct abstention."),
     TagDefinition(
         T.EMPTY_TURN_MODEL_RESPONSE, 30, lambda e: e.model_empty, weight=1.5, paper_label=P.MISSING_TOOL_CALL,
         description="The ground truth has calls, but the model made no accepted call in this turn.",
         guideline=("When the user asks for an action the tools can perform, make the tool calls; "
-                   "do not only describe what you would do."),
-    ),
+                   "do not only describe what you would do.")),
     # The release's rule: the model's instances are those of the turn's last step that executed
     # ({} when none did), and the tag fires when their set differs from the ground truth's.
     TagDefinition(
@@ -229,28 +208,24 @@ _register_all([
         paper_label=P.RECOVERY_FAILURE,
         description="No model call of the turn executed cleanly, so the backend instances never matched.",
         guideline=("When a call fails, read the error and retry with corrected arguments instead of "
-                   "giving up or repeating the same call."),
-    ),
+                   "giving up or repeating the same call.")),
     TagDefinition(
         T.CHECKER_ERROR, 50, lambda e: e.state_valid is None or (e.state_valid and e.response_valid is None),
         weight=1.0, excluded=True, failure=False,
-        description="The state or response checker itself raised while judging this turn.",
-    ),
+        description="The state or response checker itself raised while judging this turn."),
     TagDefinition(
         T.STATE_MISMATCH, 60, lambda e: not e.state_valid, weight=1.0, paper_label=P.STATE_MISMATCH,
         description="After the turn, the backend state differs from the ground truth's.",
         guideline=("Before each call, check every argument against the request and the current state; "
-                   "complete all requested changes, not just the first."),
-    ),
+                   "complete all requested changes, not just the first.")),
     TagDefinition(
         T.RESPONSE_MISMATCH, 80, lambda e: not e.response_valid, weight=0.9, paper_label=P.RESPONSE_MISMATCH,
         description="State matches, but a ground-truth result is missing from the model's results so far.",
         guideline=("When the user asks for information, call the tool that retrieves it and report "
-                   "the result it returned."),
-    ),
+                   "the result it returned.")),
     TagDefinition(
         T.PASS, 1000, lambda e: True, weight=1.0, failure=False,
-        description="Both the state check and the cumulative response check passed.",
-    ),
-])
-del T, P
+        description="Both the state check and the cumulative response check passed."),
+]:
+    register_tag(_definition)
+del T, P, _definition

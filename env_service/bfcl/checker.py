@@ -77,18 +77,6 @@ class EpisodeCheck:
                 "terminated_early", "details")
         return cls(**{k: result[k] for k in keys}, tags=list(result["failure_tags"]), turns=turns, evaluation=result)
 
-    @property
-    def per_turn_valid(self) -> list[bool | None]:
-        return [t.valid for t in self.turns]
-
-    @property
-    def irrelevance_per_turn(self) -> list[bool | None]:
-        return [t.irrelevance for t in self.turns]
-
-    @property
-    def accuracy(self) -> float:
-        return 1.0 if self.valid else 0.0
-
     def to_dict(self) -> dict[str, Any]:
         return dict(self.evaluation)
 
@@ -182,8 +170,7 @@ def check_turns(model_turns: list[list[list[str]]], gt_turns: list[list[str]], e
             state_valid=None if outcome.state is None else outcome.state["valid"],
             response_valid=None if outcome.response is None else outcome.response["valid"],
             model_calls=tuple(c for s in steps for c in s), gt_calls=tuple(gt_calls),
-            model_results=tuple(turn_results),
-        )
+            model_results=tuple(turn_results))
         checks.append(BfclTurnCheck(evidence, tuple(_clip(e) for e in outcome.errors), verdict))
     return checks
 

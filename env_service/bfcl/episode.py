@@ -25,12 +25,12 @@ import json
 import logging
 from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from env_service.bfcl.checker import check_turns, judge
 from env_service.bfcl.executor import ERROR_PREFIX, REFUSED_KINDS, Executor
 from env_service.bfcl.tasks import BfclTask
-from env_service.kit import InterfaceParams, ParseResult, ToolEpisode, ToolResult, TurnCheck, TurnVerdict
+from env_service.kit import InterfaceParams, ParseResult, ToolEpisode, ToolResult, TurnCheck
 from env_service.kit.parsers import parse_tool_calls, resolve_mode
 from env_service.kit.prompts import PROMPT_MODE_PAIRS, TOOL_PROMPT_MODES, TOOL_RESULT_MODES, observation_role
 
@@ -81,18 +81,12 @@ class BfclParams(InterfaceParams):
     def _parser(cls, v: str | None) -> str | None:
         return None if v is None else resolve_mode(v)
 
-    @field_validator("tool_prompt_mode")
+    @field_validator("tool_prompt_mode", "tool_result_mode")
     @classmethod
-    def _prompt_mode(cls, v: str) -> str:
-        if v not in TOOL_PROMPT_MODES:
-            raise ValueError(f"tool_prompt_mode {v!r} is not supported; use one of {', '.join(TOOL_PROMPT_MODES)}")
-        return v
-
-    @field_validator("tool_result_mode")
-    @classmethod
-    def _result_mode(cls, v: str | None) -> str | None:
-        if v is not None and v not in TOOL_RESULT_MODES:
-            raise ValueError(f"tool_result_mode {v!r} is not supported; use one of {', '.join(TOOL_RESULT_MODES)}")
+    def _supported_mode(cls, v: str | None, info: ValidationInfo) -> str | None:
+        supported = TOOL_PROMPT_MODES if info.field_name == "tool_prompt_mode" else TOOL_RESULT_MODES
+        if v is not None and v not in supported:
+            raise ValueError(f"{info.field_name} {v!r} is not supported; use one of {', '.join(supported)}")
         return v
 
     @model_validator(mode="after")
@@ -174,9 +168,7 @@ class BfclEpisode(ToolEpisode):
     def check_turns(self) -> list[TurnCheck]:
         return list(check_turns(self.model_turns, self.task.gt_turns, self.task.entry))
 
-    def judge_turn(self, check: TurnCheck, index: int) -> TurnVerdict | None:
-        """BFCL's checker judged each turn itself (``BfclTurnCheck.verdict``)."""
-        return judge(check, index)
+    judge_turn = staticmethod(judge)  # BFCL's checker judged each turn itself (BfclTurnCheck.verdict)
 
     def turn_message(self, turn: int) -> tuple[str, dict[str, Any]]:
         text = self.task.user_message(turn)

@@ -45,10 +45,8 @@ from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPIN
 from env_service.bfcl.limits import CallTimeout, argument_problem, has_argument_checks, time_budget
 from env_service.kit.calls import DEFAULT_MAX_CALL_CHARS, DEFAULT_MAX_INT_ABS, ERROR_PREFIX, CallParseError, parse_call
 
-MULTI_TURN_CLASSES: tuple[str, ...] = (
-    "GorillaFileSystem", "MathAPI", "MessageAPI", "TwitterAPI",
-    "TicketAPI", "TradingBot", "TravelAPI", "VehicleControlAPI",
-)
+MULTI_TURN_CLASSES: tuple[str, ...] = ("GorillaFileSystem", "MathAPI", "MessageAPI", "TwitterAPI", "TicketAPI",
+                                        "TradingBot", "TravelAPI", "VehicleControlAPI")
 BLOCKED_NAMES: frozenset[str] = frozenset({"kill", "exit", "quit", "remove", "unlink", "popen", "Popen", "run"})
 DEFAULT_CALL_TIMEOUT_S = 2.0
 # Refusals: calls the executor refuses before any backend method runs. BFCL's runner returns a step's
@@ -58,10 +56,9 @@ REFUSED_KINDS = frozenset({"parse", "blocked", "unknown", "limit"})
 
 # (class, method) pairs that touch module-level state; see the module docstring.
 _SHARED_STATE_METHODS: frozenset[tuple[str, str]] = frozenset({
-    ("VehicleControlAPI", "get_outside_temperature_from_google"),
-    ("MathAPI", "logarithm"),
-})
+    ("VehicleControlAPI", "get_outside_temperature_from_google"), ("MathAPI", "logarithm")})
 _SHARED_STATE_LOCK = threading.Lock()
+
 
 @dataclass(frozen=True)
 class CallResult:
@@ -87,8 +84,7 @@ def backend_class(class_name: str) -> type:
     """The BFCL backend class for ``class_name`` (one of the 8 multi-turn classes)."""
     if class_name not in MULTI_TURN_CLASSES:
         raise KeyError(f"unknown BFCL multi-turn class {class_name!r}; expected one of {', '.join(MULTI_TURN_CLASSES)}")
-    module = importlib.import_module(CLASS_FILE_PATH_MAPPING[class_name])
-    return getattr(module, class_name)
+    return getattr(importlib.import_module(CLASS_FILE_PATH_MAPPING[class_name]), class_name)
 
 
 class Executor:

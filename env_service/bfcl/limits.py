@@ -66,11 +66,8 @@ def _round(args: dict[str, Any]) -> str | None:
 
 
 _ARGUMENT_CHECKS: dict[tuple[str, str], Callable[[dict[str, Any]], str | None]] = {
-    ("MathAPI", "square_root"): _precision,
-    ("MathAPI", "logarithm"): _precision,
-    ("MathAPI", "power"): _power,
-    ("MathAPI", "round_number"): _round,
-}
+    ("MathAPI", "square_root"): _precision, ("MathAPI", "logarithm"): _precision, ("MathAPI", "power"): _power,
+    ("MathAPI", "round_number"): _round}
 
 
 def argument_problem(class_name: str, method_name: str, arguments: dict[str, Any]) -> str | None:

@@ -45,12 +45,8 @@ from seal_shared.types import category_of
 
 logger = logging.getLogger(__name__)
 
-CATEGORIES: tuple[str, ...] = (
-    "multi_turn_base",
-    "multi_turn_miss_func",
-    "multi_turn_miss_param",
-    "multi_turn_long_context",
-)
+CATEGORIES: tuple[str, ...] = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param",
+                                "multi_turn_long_context")
 COMPOSITE_CATEGORY = "multi_turn_composite"
 PYTHON_NOTE = " Note that the provided function is in Python 3 syntax."
 DATA_DIR_ENV = "SEAL_DATA_DIR"
@@ -75,10 +71,6 @@ class BfclTask(Task):
     held_out: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     involved_classes: tuple[str, ...] = ()
     long_context: bool = False
-
-    @property
-    def num_turns(self) -> int:
-        return len(self.gt_turns)
 
     def user_message(self, turn: int) -> str | None:
         """The user text of ``turn``, or ``None`` on a miss_func hold-out turn (no user message)."""
@@ -118,16 +110,14 @@ def _with_note(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_tools(entry: dict[str, Any], func_docs: dict[str, list[dict[str, Any]]],
-                noted_docs: dict[str, list[dict[str, Any]]] | None = None,
+                noted_docs: dict[str, list[dict[str, Any]]],
                 ) -> tuple[list[dict[str, Any]], dict[int, list[dict[str, Any]]]]:
     """Build ``(initial tools, held-out docs per turn)`` for one entry, as BFCL does.
 
     ``func_docs``: class -> docs as shipped; ``noted_docs``: the same with the Python note
-    appended (computed here when not given). The returned dicts may be shared between tasks
-    (the store builds each class's docs once): treat them as read-only and copy before changing.
+    appended. The returned dicts may be shared between tasks (the store builds each class's docs
+    once): treat them as read-only and copy before changing.
     """
-    if noted_docs is None:
-        noted_docs = {cls: [_with_note(d) for d in docs] for cls, docs in func_docs.items()}
     tools: list[dict[str, Any]] = []
     plain: dict[str, dict[str, Any]] = {}
     for cls in entry["involved_classes"]:
@@ -190,17 +180,12 @@ def default_store(include_composite: bool = False) -> TaskStore:
 def data_dir() -> Path:
     """The project's ``data/`` directory (``$SEAL_DATA_DIR`` overrides the in-repository one)."""
     override = os.environ.get(DATA_DIR_ENV)
-    if override:
-        return Path(override)
-    return Path(__file__).resolve().parents[2] / "data"
+    return Path(override) if override else Path(__file__).resolve().parents[2] / "data"
 
 
 def load_split(name: str) -> list[str]:
-    """Task ids of a SEAL split: ``train`` (400), ``val`` (100), ``test`` (300) or ``eval`` (val+test).
-
-    Reads the parquet files, not ``bfcl_400_split.json`` (an older split that overlaps the
-    eval set and must not be used as an evaluation list).
-    """
+    """Task ids of a SEAL split: ``train`` (400), ``val`` (100), ``test`` (300) or ``eval`` (val+test),
+    from the parquet files (see the module docstring)."""
     if name not in SPLITS:
         raise ValueError(f"unknown split {name!r}; expected one of {', '.join(SPLITS)}")
     import pyarrow.parquet as pq  # deferred: only callers of splits pay for pyarrow

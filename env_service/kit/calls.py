@@ -35,8 +35,7 @@ class ParsedCall:
 
     def bind(self, func: Any) -> dict[str, Any]:
         """Map positional arguments to parameter names as Python would (``inspect.signature().bind``)."""
-        bound = inspect.signature(func).bind(*self.args, **self.kwargs)
-        return dict(bound.arguments)
+        return dict(inspect.signature(func).bind(*self.args, **self.kwargs).arguments)
 
 
 def _check_literal(node: ast.AST, max_int_abs: int) -> None:

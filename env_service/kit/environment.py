@@ -37,7 +37,9 @@ def register_tool_environment(name: str, *, episode: type[ToolEpisode], tasks: T
     :class:`~env_service.registry.Environment`."""
     if not (isinstance(episode, type) and issubclass(episode, ToolEpisode)):
         raise TypeError(f"environment {name!r}: episode must be a ToolEpisode subclass, got {episode!r}")
-    store = tasks if callable(tasks) else _constant(tasks)
+    if not callable(tasks) and not isinstance(tasks, TaskStore):
+        raise TypeError(f"tasks must be a TaskStore or a function returning one, got {type(tasks).__name__}")
+    store = tasks if callable(tasks) else lambda: tasks
     env = register_environment(Environment(
         name=name, host_factory=f"env_service.kit.hosts:{name}", task_store=store,
         load_split=lambda split: store().load_split(split), description=description,
@@ -46,12 +48,6 @@ def register_tool_environment(name: str, *, episode: type[ToolEpisode], tasks: T
     with _LOCK:
         _KIT[name] = _KitEnvironment(episode, store)
     return env
-
-
-def _constant(store: TaskStore) -> Callable[[], TaskStore]:
-    if not isinstance(store, TaskStore):
-        raise TypeError(f"tasks must be a TaskStore or a function returning one, got {type(store).__name__}")
-    return lambda: store
 
 
 def episode_host(name: str) -> EpisodeHost:

@@ -13,9 +13,7 @@ and meanings of the BFCL checker's (``seal.episode.Evaluation.from_wire`` reads 
 * per-turn validity (``evidence.passed``; ``None`` on a turn whose right move is no call),
   irrelevance (such a turn: did the model abstain), pass counts and progress.
 
-:func:`replay_turns` is the per-turn check of an environment whose tools run call strings on a
-fresh world (a :class:`~env_service.kit.tools.ToolBox`): it replays the model's accepted calls and
-the ground truth side by side, turn by turn, and compares the public state and the results.
+:func:`replay_turns` is the default per-turn check, for a world with a public ``state()``.
 """
 
 from __future__ import annotations
@@ -31,7 +29,6 @@ FORCE_TERMINATED = "multi_turn:force_terminated"
 EMPTY_TURN = "multi_turn:empty_turn_model_response"
 STATE_MISMATCH = "multi_turn:instance_state_mismatch"
 RESPONSE_MISMATCH = "multi_turn:execution_response_mismatch"
-
 
 
 class TurnVerdict(NamedTuple):

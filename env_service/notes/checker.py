@@ -1,9 +1,7 @@
 """The ``notes`` checker: the kit's replay check on the notes apps, in BFCL's evaluation shape.
 
-:class:`World` holds one episode's app instances (a :class:`env_service.kit.ToolBox`): each call
-string is parsed by the project's safe call parser (literal arguments only, never ``eval``), looked
-up among the public methods of the task's apps, checked against the method's type hints and called.
-Results are JSON text, as the model sees them.
+:class:`World` holds one episode's app instances (a :class:`env_service.kit.ToolBox`, which runs the
+call strings safely and answers JSON text, as the model sees it).
 
 :func:`check_episode` replays the model's accepted calls and the ground truth on two fresh worlds,
 turn by turn (:func:`env_service.kit.replay_turns`), and answers what the BFCL checker answers

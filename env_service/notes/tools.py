@@ -110,8 +110,7 @@ class NotesApp:
         """
         if note_id not in self._notes:
             return {"error": f"no note with id {note_id}"}
-        tags = set(self._notes[note_id]["tags"]) | {tag}
-        self._notes[note_id]["tags"] = sorted(tags)
+        self._notes[note_id]["tags"] = sorted(set(self._notes[note_id]["tags"]) | {tag})
         return {"note_id": note_id, "tags": self._notes[note_id]["tags"]}
 
     def delete_note(self, note_id: int) -> dict[str, Any]:

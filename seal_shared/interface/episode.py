@@ -83,12 +83,10 @@ class EpisodeInterface:
     def __post_init__(self) -> None:
         if self.rollout_mode not in ROLLOUT_MODES:
             raise ValueError(f"params.rollout_mode must be one of {list(ROLLOUT_MODES)}, got {self.rollout_mode!r}")
-        v = self.is_validation
-        self._active = {
-            "observation_lite": _gate(self.observation_lite, validation=v, category=self.category),
-            "tool_feedback_evolution": _gate(self.tool_feedback, validation=v, category=self.category),
-            "diagnostic_evolution": _gate(self.diagnostic, validation=v, category=self.category),
-        }
+        blocks = {"observation_lite": self.observation_lite, "tool_feedback_evolution": self.tool_feedback,
+                  "diagnostic_evolution": self.diagnostic}
+        self._active = {key: _gate(block, validation=self.is_validation, category=self.category)
+                        for key, block in blocks.items()}
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any] | None, *, category: str) -> EpisodeInterface:
@@ -96,13 +94,10 @@ class EpisodeInterface:
         environment's and are ignored here). Unknown keys inside a block raise ``ValueError``
         naming the key; an absent or ``None`` block means "off"."""
         params = params or {}
-        return cls(
-            category=category,
-            rollout_mode=str(params.get("rollout_mode") or "validate"),
-            observation_lite=_block(ObservationLiteParams, params, "observation_lite"),
-            tool_feedback=_block(ToolFeedbackParams, params, "tool_feedback_evolution"),
-            diagnostic=_block(DiagnosticEvolutionParams, params, "diagnostic_evolution"),
-        )
+        return cls(category=category, rollout_mode=str(params.get("rollout_mode") or "validate"),
+                   observation_lite=_block(ObservationLiteParams, params, "observation_lite"),
+                   tool_feedback=_block(ToolFeedbackParams, params, "tool_feedback_evolution"),
+                   diagnostic=_block(DiagnosticEvolutionParams, params, "diagnostic_evolution"))
 
     @property
     def active(self) -> dict[str, bool]:
@@ -118,13 +113,8 @@ class EpisodeInterface:
         if not self._active["observation_lite"]:
             return copy.deepcopy(list(tools))
         o = self.observation_lite
-        return observation_hints(
-            tools,
-            add_required_hint=o.add_required_hint,
-            add_type_hint=o.add_type_hint,
-            add_enum_hint=o.add_enum_hint,
-            hide_optional=o.hide_optional,
-        )
+        return observation_hints(tools, add_required_hint=o.add_required_hint, add_type_hint=o.add_type_hint,
+                                 add_enum_hint=o.add_enum_hint, hide_optional=o.hide_optional)
 
     def system_blocks(self) -> list[str]:
         """Blocks to append to the system prompt, each after a blank line (empty when inactive)."""
@@ -141,9 +131,8 @@ class EpisodeInterface:
         """Hint lines to append after a parse/unavailable-tool error, or ``""`` when inactive."""
         if not self._active["tool_feedback_evolution"]:
             return ""
-        return parse_error_feedback(
-            reason, parser_mode=parser_mode, tool_names=tool_names, max_tool_names=self.tool_feedback.max_tool_names
-        )
+        return parse_error_feedback(reason, parser_mode=parser_mode, tool_names=tool_names,
+                                    max_tool_names=self.tool_feedback.max_tool_names)
 
     def tool_error_feedback(self, error_text: str, *, tool_names: Sequence[str]) -> str:
         """``"[ToolHint] ..."`` for a tool error, or ``""`` when inactive or no rule applies."""

@@ -66,34 +66,22 @@ def _fixed(hint: str) -> Callable[[re.Match, str, Sequence[str]], str]:
 _TOOL_ERROR_RULES: tuple[tuple[re.Pattern, Callable[[re.Match, str, Sequence[str]], str]], ...] = (
     (re.compile(r"missing \d+ required (?:positional |keyword(?:-only)? )?arguments?", re.I), _missing_args),
     (re.compile(r"unexpected keyword argument '?([\w.]+)'?", re.I), _unexpected_arg),
-    (
-        re.compile(r"no such (?:file or )?(?:directory|file)", re.I),
-        _fixed("That file or directory is not in the current location; look at the directory contents or move to the right directory first."),
-    ),
-    (
-        re.compile(r"cannot use path|single component", re.I),
-        _fixed("Give a single file or directory name, not a path; change into the containing directory first."),
-    ),
-    (
-        re.compile(r"not authenticated|log ?in\b.*\brequired", re.I),
-        _fixed("This action needs authentication; log in with the matching tool first, then retry."),
-    ),
+    (re.compile(r"no such (?:file or )?(?:directory|file)", re.I),
+     _fixed("That file or directory is not in the current location; look at the directory contents or move to "
+            "the right directory first.")),
+    (re.compile(r"cannot use path|single component", re.I),
+     _fixed("Give a single file or directory name, not a path; change into the containing directory first.")),
+    (re.compile(r"not authenticated|log ?in\b.*\brequired", re.I),
+     _fixed("This action needs authentication; log in with the matching tool first, then retry.")),
     (re.compile(r"tool not found|no such tool|unknown function", re.I), _unknown_tool),
-    (
-        re.compile(r"expected\b.*\bgot\b", re.I | re.S),
-        _fixed("An argument has the wrong type; match the types in the schema (number vs string, list vs single value)."),
-    ),
+    (re.compile(r"expected\b.*\bgot\b", re.I | re.S),
+     _fixed("An argument has the wrong type; match the types in the schema (number vs string, list vs single value).")),
 )
 
 
 def tool_error_hint(error_text: str, *, tool_names: Sequence[str] = ()) -> str | None:
-    """A one-line recovery hint for a tool's error text, or ``None``.
-
-    Rules, first match wins: missing required argument(s); unexpected keyword argument; no such
-    file/directory; path instead of a single name; authentication required; unknown tool
-    (lists up to 8 tools); wrong type ("expected ... got"); then a generic hint for a short
-    error (< 200 characters); otherwise no hint.
-    """
+    """A one-line recovery hint for a tool's error text: the first matching rule's, else a generic hint
+    for a short error (under :data:`GENERIC_HINT_MAX_CHARS`), else ``None``."""
     if not error_text.strip():
         return None
     for pattern, build in _TOOL_ERROR_RULES:

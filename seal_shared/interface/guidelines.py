@@ -57,9 +57,7 @@ class GuidelineConfig:
     def from_diagnostic_evolution(cls, block: Mapping[str, Any] | None) -> GuidelineConfig:
         """The selection settings inside a ``diagnostic_evolution`` params block; the block's
         episode keys (``enable``, ``apply_to_validation``, ``categories``, ``lines``) are skipped."""
-        block = dict(block or {})
-        for key in EPISODE_KEYS:
-            block.pop(key, None)
+        block = {k: v for k, v in (block or {}).items() if k not in EPISODE_KEYS}
         if "category_tags" in block:
             block["per_category"] = bool(block.pop("category_tags"))
         return dataclass_from_mapping(cls, block, section="diagnostic_evolution")
