@@ -20,6 +20,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from tqdm import tqdm
+
+from env_service.registry import get_environment
 from seal.episode import EpisodeResult, Evaluation
 from seal.eval.logs import ValidationLogWriter, ValidationRecord, finished_keys, read_log_file
 from seal.eval.policies import ChatGenerator, ChatPolicy, SamplingSettings
@@ -66,9 +69,7 @@ class EvalSettings:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
 
     def episode_params(self) -> dict[str, Any]:
-        params = dict(self.params)
-        params.update(VALIDATE_PARAMS)
-        return params
+        return {**self.params, **VALIDATE_PARAMS}
 
 
 # --------------------------------------------------------------------------- one episode
@@ -139,27 +140,11 @@ def _generation_dict(sampling: SamplingSettings, budget: RolloutSettings) -> dic
 
 def default_task_ids(split: str, env: str = "bfcl") -> list[str]:
     """Task ids of a split (``train``/``val``/``test``/``eval``) of the environment ``env``."""
-    from env_service.registry import get_environment
-
     return list(get_environment(env).load_split(split))
-
-
-def split_lookup(env: str = "bfcl") -> Callable[[str], str | None]:
-    """Maps a task id of ``env`` to ``val``/``test``/``train`` (None if in no split)."""
-    from env_service.registry import get_environment
-
-    load_split = get_environment(env).load_split
-    table: dict[str, str] = {}
-    for name in ("train", "val", "test"):
-        for tid in load_split(name):
-            table[str(tid)] = name
-    return table.get
 
 
 def task_categories(env: str, ids: list[str]) -> dict[str, str]:
     """``task_id -> category`` as the environment's task store records it (one line for an unknown id)."""
-    from env_service.registry import get_environment
-
     try:
         return get_environment(env).categories_of(list(ids))
     except KeyError as err:
@@ -287,7 +272,7 @@ def _run_all(settings: EvalSettings, policy: ChatPolicy, client: Callable[[], An
         ids = ids[: settings.limit]
     if not ids:
         raise ValueError("no task left to evaluate: check --split/--tasks/--categories/--limit")
-    split_of = _split_lookup_or_none(settings)
+    split_of = _split_lookup(settings)
     category_of = _category_lookup(settings.env, ids)
     results = [_run_repeat(settings, policy, client, ids, out_dir, r, split_of, category_of)
                for r in range(settings.repeats)]
@@ -301,19 +286,18 @@ def _run_all(settings: EvalSettings, policy: ChatPolicy, client: Callable[[], An
 def _category_lookup(env: str, ids: list[str]) -> Callable[[str], str | None]:
     """The task store's category of each task (None for an id the store lacks: the episode then
     takes the category its environment reports)."""
-    from env_service.registry import get_environment
-
     store = get_environment(env).task_store()
     table = {t: str(store.get(t).category) for t in ids if t in store}
     return table.get
 
 
-def _split_lookup_or_none(settings: EvalSettings) -> Callable[[str], str | None]:
+def _split_lookup(settings: EvalSettings) -> Callable[[str], str | None]:
+    """Maps a task id to ``train``/``val``/``test`` (None if in no split)."""
     try:
-        return split_lookup(settings.env)
+        load_split = get_environment(settings.env).load_split
+        return {str(tid): name for name in ("train", "val", "test") for tid in load_split(name)}.get
     except (ImportError, FileNotFoundError) as exc:
-        logger.warning("cannot map task ids to splits (%s); records get split=%r", exc,
-                       settings.split)
+        logger.warning("cannot map task ids to splits (%s); records get split=%r", exc, settings.split)
         return lambda _tid: settings.split
 
 
@@ -341,14 +325,11 @@ def _run_repeat(settings: EvalSettings, policy: ChatPolicy, client: Callable[[],
                            sampling=sampling, budget=settings.budget,
                            step=settings.step, split=split_of(tid), repeat=repeat, category=category_of(tid))
 
-    bar = _progress(len(todo), f"repeat {repeat}", settings.progress)
-    with ThreadPoolExecutor(max_workers=settings.concurrency) as pool:
-        futures = [pool.submit(work, t) for t in todo]
-        for fut in as_completed(futures):
-            rec = fut.result()
-            writer.write(rec)
+    bar = tqdm(total=len(todo), desc=f"repeat {repeat}", unit="task", disable=not settings.progress)
+    with bar, ThreadPoolExecutor(max_workers=settings.concurrency) as pool:
+        for fut in as_completed([pool.submit(work, t) for t in todo]):
+            writer.write(fut.result())
             bar.update(1)
-    bar.close()
     wanted = set(ids)
     records = [r for r in dedupe_latest(read_log_file(log_path))
                if r.get("task_id") in wanted and int(r.get("repeat", 0)) == repeat]
@@ -360,12 +341,6 @@ def _run_repeat(settings: EvalSettings, policy: ChatPolicy, client: Callable[[],
     return RepeatResult(repeat=repeat, seed=seed, log_path=str(log_path), category_mean=category_mean(counts),
                         counts={c: {"n_pass": pc.n_pass, "n": pc.n, "errored": pc.errored} for c, pc in counts.items()},
                         errors=errors)
-
-
-def _progress(total: int, desc: str, enabled: bool) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="task", disable=not enabled)
 
 
 def _aggregate(results: list[RepeatResult]) -> dict[str, tuple[float, float]]:
