@@ -353,9 +353,6 @@ def type_problem(value: Any, ref: Any, path: str, *, strict_strings: bool = Fals
     return None
 
 
-# ---------------------------------------------------------------------- model and tasks
-
-
 def check_model_path(plain: dict[str, Any]) -> None:
     """A local model folder must exist; checked before any ``from_pretrained`` (which would try
     the hub for about a minute before failing)."""

@@ -280,8 +280,6 @@ class HFServerManager:
                              "set model.generation_config.eos_token_id to the end-of-message token")
         return [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
 
-    # ------------------------------------------------------------------ public API
-
     async def generate(self, request_id: str, prompt_ids: Sequence[int], sampling_params: Mapping[str, Any],
                        **kwargs: Any) -> TokenOutput:
         """Generate a continuation of ``prompt_ids``; verl's contract (multimodal kwargs must be None)."""
@@ -320,8 +318,6 @@ class HFServerManager:
     def close(self) -> None:
         self._executor.shutdown(wait=True)
 
-    # ------------------------------------------------------------------ batching
-
     async def _run_batches(self) -> None:
         loop = asyncio.get_running_loop()
         while self._pending:
@@ -355,8 +351,6 @@ class HFServerManager:
         taken = {id(r) for r in batch}
         self._pending = [r for r in self._pending if id(r) not in taken]
         return batch
-
-    # ------------------------------------------------------------------ the blocking part
 
     @contextlib.contextmanager
     def _generation_mode(self, batch_index: int) -> Iterator[None]:

@@ -72,9 +72,6 @@ class EvalSettings:
         return {**self.params, **VALIDATE_PARAMS}
 
 
-# --------------------------------------------------------------------------- one episode
-
-
 def evaluate_episode(client: Any, policy: ChatPolicy, task_id: str, *, params: dict[str, Any],
                      sampling: SamplingSettings, budget: RolloutSettings | None = None,
                      max_llm_calls: int | None = None, step: int = 0, split: str | None = None, repeat: int = 0,
@@ -133,9 +130,6 @@ def _generation_dict(sampling: SamplingSettings, budget: RolloutSettings) -> dic
     out.update(max_llm_calls=budget.max_llm_calls, n=1, episode_budget=budget.episode_budget,
                max_model_len=budget.max_model_len, response_length=budget.response_length)
     return out
-
-
-# --------------------------------------------------------------------------- task selection
 
 
 def default_task_ids(split: str, env: str = "bfcl") -> list[str]:
@@ -198,9 +192,6 @@ def filter_prompt_length(client: Any, policy: ChatPolicy, ids: list[str], params
         else:
             kept.append(tid)
     return kept, skipped
-
-
-# --------------------------------------------------------------------------- orchestration
 
 
 @dataclass

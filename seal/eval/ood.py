@@ -75,9 +75,6 @@ class Cell:
     n: int = 0
 
 
-# --------------------------------------------------------------------------- score files
-
-
 def read_bfcl_score_file(path: str | Path) -> Score:
     """The header line of a ``BFCL_v4_<category>_score.json``."""
     path = Path(path)
@@ -172,9 +169,6 @@ def _mean_cell(cells: Mapping[str, Cell], keys: Sequence[str]) -> Cell:
                 sum(cells[k].n for k in keys))
 
 
-# --------------------------------------------------------------------------- commands
-
-
 @dataclass(frozen=True)
 class Command:
     """A harness command: argv, the environment variables it adds, and its working directory."""
@@ -235,9 +229,6 @@ def tau2_results_path(repo: str | Path, save_to: str) -> Path | None:
     return None
 
 
-# --------------------------------------------------------------------------- availability
-
-
 def can_connect(host: str, port: int = 443, timeout: float = 3.0) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout):
@@ -282,9 +273,6 @@ def _provider_key(model: str) -> str | None:
         return "OPENAI_API_KEY"
     return {"anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY", "azure": "AZURE_API_KEY",
             "openai": "OPENAI_API_KEY"}.get(provider)
-
-
-# --------------------------------------------------------------------------- Table 2
 
 
 def table2_cells(folders: Mapping[str, Path], reference: Mapping[str, Mapping[str, float]],

@@ -89,8 +89,6 @@ class ChatFormat:
             raise ChatTemplateError("chat template has no generation prompt (add_generation_prompt adds nothing)")
         return cls(tokenizer, tuple(header), tuple(body[len(content):]), kw)
 
-    # ------------------------------------------------------------------ pieces
-
     def prompt_ids(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
         """Token ids of ``messages`` rendered with the generation header (the episode's prompt)."""
         return encode(self.tokenizer, render(self.tokenizer, messages, add_generation_prompt=True,
