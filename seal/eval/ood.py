@@ -32,9 +32,6 @@ from typing import Any
 
 WEB_SEARCH = ("web_search_base", "web_search_no_snippet")
 MEMORY = ("memory_kv", "memory_vector", "memory_rec_sum")
-# The memory backends that run offline and without torch (vector needs sentence-transformers,
-# which downloads an embedding model and a CUDA torch).
-MEMORY_OFFLINE = ("memory_kv", "memory_rec_sum")
 TAU2_DOMAINS = ("retail", "airline", "telecom")
 TABLE2_COLUMNS = ("v4_avg", "web_search", "memory", "tau2_avg", "retail", "airline", "telecom")
 COLUMN_NAMES = {"v4_avg": "V4 Avg", "web_search": "WebSearch", "memory": "Memory", "tau2_avg": "τ² Avg",
