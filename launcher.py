@@ -59,12 +59,11 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
 
 def git_commit() -> str:
     """``<sha>`` (plus `` (dirty)`` with uncommitted changes), or ``unknown`` outside a git checkout."""
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
-                             check=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
-                               capture_output=True, text=True, check=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
+    from seal.plugins import git_output
+
+    sha = git_output(REPO_ROOT, "rev-parse", "HEAD")
+    dirty = git_output(REPO_ROOT, "status", "--porcelain", "--untracked-files=no")
+    if sha is None or dirty is None:
         return "unknown"
     return f"{sha} (dirty)" if dirty else sha
 

@@ -132,11 +132,6 @@ def _generation_dict(sampling: SamplingSettings, budget: RolloutSettings) -> dic
     return out
 
 
-def default_task_ids(split: str, env: str = "bfcl") -> list[str]:
-    """Task ids of a split (``train``/``val``/``test``/``eval``) of the environment ``env``."""
-    return list(get_environment(env).load_split(split))
-
-
 def task_categories(env: str, ids: list[str]) -> dict[str, str]:
     """``task_id -> category`` as the environment's task store records it (one line for an unknown id)."""
     try:
@@ -254,7 +249,7 @@ def run_eval(settings: EvalSettings, policy: ChatPolicy, client_factory: Callabl
 
 def _run_all(settings: EvalSettings, policy: ChatPolicy, client: Callable[[], Any], out_dir: Path) -> EvalSummary:
     """Task selection, the repeats and the summary file (see :func:`run_eval`)."""
-    ids = select_tasks(settings, settings.task_ids or default_task_ids(settings.split, settings.env))
+    ids = select_tasks(settings, settings.task_ids or list(get_environment(settings.env).load_split(settings.split)))
     skipped: dict[str, int] = {}
     if settings.max_prompt_tokens is not None:
         ids, skipped = filter_prompt_length(client(), policy, ids, settings.episode_params(),
