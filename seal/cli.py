@@ -233,9 +233,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(format_summary(summary))
     if args.export_bfcl:
         for rep in summary.repeats:
-            root = args.export_bfcl if settings.repeats == 1 else args.export_bfcl / f"repeat_{rep.repeat}"
-            files = export_log(repeat_dir(Path(out), rep.repeat, settings.repeats) / "validation_log"
-                               / f"{settings.step}.jsonl", root)
+            log = repeat_dir(Path(out), rep.repeat, settings.repeats) / "validation_log" / f"{settings.step}.jsonl"
+            files = export_log(log, repeat_dir(args.export_bfcl, rep.repeat, settings.repeats))
             print(f"BFCL result files: {', '.join(str(p) for p in files.values())}")
     return errored_exit_code(summary, args.max_errored_frac)
 

@@ -208,9 +208,6 @@ class EvalSummary:
     repeats: list[RepeatResult]
     mean_std: dict[str, tuple[float, float]]
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 def repeat_dir(out_dir: Path, repeat: int, repeats: int) -> Path:
     """The experiment dir of one repeat: ``out_dir`` itself, or ``out_dir/repeat_<k>``."""
@@ -265,7 +262,7 @@ def _run_all(settings: EvalSettings, policy: ChatPolicy, client: Callable[[], An
     summary = EvalSummary(out_dir=str(out_dir), step=settings.step, task_ids=ids, skipped=skipped,
                           repeats=results, mean_std=_aggregate(results))
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "eval_summary.json").write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
+    (out_dir / "eval_summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
     return summary
 
 
@@ -291,7 +288,7 @@ def _run_repeat(settings: EvalSettings, policy: ChatPolicy, client: Callable[[],
                 repeat: int, split_of: Callable[[str], str | None],
                 category_of: Callable[[str], str | None]) -> RepeatResult:
     seed = settings.seed + repeat
-    sampling = SamplingSettings(**{**settings.sampling.to_dict(), "seed": seed})
+    sampling = replace(settings.sampling, seed=seed)
     set_seed = getattr(policy, "set_seed", None)
     if set_seed is not None:
         set_seed(seed)
