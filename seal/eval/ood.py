@@ -30,10 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from seal.eval.paper_numbers import TABLE2_COLUMNS
+
 WEB_SEARCH = ("web_search_base", "web_search_no_snippet")
 MEMORY = ("memory_kv", "memory_vector", "memory_rec_sum")
 TAU2_DOMAINS = ("retail", "airline", "telecom")
-TABLE2_COLUMNS = ("v4_avg", "web_search", "memory", "tau2_avg", "retail", "airline", "telecom")
 COLUMN_NAMES = {"v4_avg": "V4 Avg", "web_search": "WebSearch", "memory": "Memory", "tau2_avg": "τ² Avg",
                 "retail": "Retail", "airline": "Airline", "telecom": "Telecom"}
 PARTS = ("web_search", "memory", *TAU2_DOMAINS)
