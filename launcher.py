@@ -97,11 +97,8 @@ def write_plugin_record(exp_dir: Path, modules: Sequence[str]) -> None:
 def _healthy(url: str) -> bool:
     from env_service.client import EnvClient
 
-    client = EnvClient(url, timeout_s=2.0, retries=0)
-    try:
+    with EnvClient(url, timeout_s=2.0, retries=0) as client:
         return client.healthz()
-    finally:
-        client.close()
 
 
 def _die_with_parent(parent: int) -> None:

@@ -202,13 +202,10 @@ def check_reachable(args: argparse.Namespace) -> None:
     if args.env_url:
         from env_service.client import EnvClient
 
-        client = EnvClient(args.env_url, timeout_s=10.0, retries=0)
-        try:
+        with EnvClient(args.env_url, timeout_s=10.0, retries=0) as client:
             if not client.healthz():
                 raise SystemExit(f"seal eval: --env-url {args.env_url}: the environment service does not answer "
                                  "/healthz; start it (python -m env_service --port <port>) or drop --env-url")
-        finally:
-            client.close()
 
 
 def errored_exit_code(summary: Any, max_frac: float) -> int:

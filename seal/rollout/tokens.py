@@ -26,10 +26,7 @@ log = logging.getLogger(__name__)
 
 # Dummy conversation used to find the template's increments. Single characters keep the
 # surrounding template text from merging with the content during tokenisation.
-_DUMMY_PREFIX: tuple[dict[str, str], ...] = (
-    {"role": "system", "content": "S"},
-    {"role": "user", "content": "U"},
-)
+_DUMMY_PREFIX: tuple[dict[str, str], ...] = ({"role": "system", "content": "S"}, {"role": "user", "content": "U"})
 _DUMMY_ASSISTANT = "A"
 
 

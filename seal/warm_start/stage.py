@@ -92,11 +92,8 @@ def _transcripts(cfg: DictConfig, tokenizer: Any, task_ids: list[str]) -> list[T
     from env_service.client import EnvClient
     from seal.environment import environment_name
 
-    client = EnvClient.in_process(env=environment_name(cfg))
-    try:
+    with EnvClient.in_process(env=environment_name(cfg)) as client:
         return build_transcripts(cfg, tokenizer, client, task_ids)
-    finally:
-        client.close()
 
 
 def _train(cfg: DictConfig, settings: WarmStartSettings, transcripts: list[Transcript], *, base: str,
