@@ -141,8 +141,8 @@ def task_categories(env: str, ids: list[str]) -> dict[str, str]:
 
 
 def select_tasks(settings: EvalSettings, ids: list[str]) -> list[str]:
-    """Apply the category filter, ``per_category`` and ``limit`` (order preserved); categories are
-    the task store's."""
+    """Apply the category filter and ``per_category`` (order preserved; ``limit`` is applied by the
+    caller); categories are the task store's."""
     if not settings.categories and settings.per_category is None:
         return ids
     category = task_categories(settings.env, ids)
