@@ -59,12 +59,11 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
 
 def git_commit() -> str:
     """``<sha>`` (plus `` (dirty)`` with uncommitted changes), or ``unknown`` outside a git checkout."""
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
-                             check=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
-                               capture_output=True, text=True, check=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
+    from seal.plugins import git_output
+
+    sha = git_output(REPO_ROOT, "rev-parse", "HEAD")
+    dirty = git_output(REPO_ROOT, "status", "--porcelain", "--untracked-files=no")
+    if sha is None or dirty is None:
         return "unknown"
     return f"{sha} (dirty)" if dirty else sha
 
@@ -98,11 +97,8 @@ def write_plugin_record(exp_dir: Path, modules: Sequence[str]) -> None:
 def _healthy(url: str) -> bool:
     from env_service.client import EnvClient
 
-    client = EnvClient(url, timeout_s=2.0, retries=0)
-    try:
+    with EnvClient(url, timeout_s=2.0, retries=0) as client:
         return client.healthz()
-    finally:
-        client.close()
 
 
 def _die_with_parent(parent: int) -> None:

@@ -202,13 +202,10 @@ def check_reachable(args: argparse.Namespace) -> None:
     if args.env_url:
         from env_service.client import EnvClient
 
-        client = EnvClient(args.env_url, timeout_s=10.0, retries=0)
-        try:
+        with EnvClient(args.env_url, timeout_s=10.0, retries=0) as client:
             if not client.healthz():
                 raise SystemExit(f"seal eval: --env-url {args.env_url}: the environment service does not answer "
                                  "/healthz; start it (python -m env_service --port <port>) or drop --env-url")
-        finally:
-            client.close()
 
 
 def errored_exit_code(summary: Any, max_frac: float) -> int:
@@ -233,9 +230,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(format_summary(summary))
     if args.export_bfcl:
         for rep in summary.repeats:
-            root = args.export_bfcl if settings.repeats == 1 else args.export_bfcl / f"repeat_{rep.repeat}"
-            files = export_log(repeat_dir(Path(out), rep.repeat, settings.repeats) / "validation_log"
-                               / f"{settings.step}.jsonl", root)
+            log = repeat_dir(Path(out), rep.repeat, settings.repeats) / "validation_log" / f"{settings.step}.jsonl"
+            files = export_log(log, repeat_dir(args.export_bfcl, rep.repeat, settings.repeats))
             print(f"BFCL result files: {', '.join(str(p) for p in files.values())}")
     return errored_exit_code(summary, args.max_errored_frac)
 

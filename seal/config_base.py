@@ -203,6 +203,14 @@ def looks_local(path: str) -> bool:
     return len(p.parts) == 2 and any((root / p.parts[0]).is_dir() for root in (Path.cwd(), REPO_ROOT))
 
 
+def resolve_data_file(value: str) -> Path:
+    """A data file as the trainers find it: as given, else relative to the project."""
+    p = Path(os.path.expanduser(value))
+    if not p.is_absolute() and not p.exists() and (REPO_ROOT / p).exists():
+        return REPO_ROOT / p
+    return p
+
+
 def check_hub_model(key: str, repo_id: str, *, timeout_s: float = 10.0) -> None:
     """A hub id that is neither in the local hub cache nor reachable fails in one line at once.
 

@@ -26,7 +26,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from seal import config_values, schema
-from seal.config_base import REPO_ROOT, ConfigError, looks_local, rule_error, show, to_plain, verl_config_dir
+from seal.config_base import (REPO_ROOT, ConfigError, looks_local, resolve_data_file, rule_error, show, to_plain,
+                              verl_config_dir)
 
 log = logging.getLogger(__name__)
 
@@ -353,9 +354,6 @@ def type_problem(value: Any, ref: Any, path: str, *, strict_strings: bool = Fals
     return None
 
 
-# ---------------------------------------------------------------------- model and tasks
-
-
 def check_model_path(plain: dict[str, Any]) -> None:
     """A local model folder must exist; checked before any ``from_pretrained`` (which would try
     the hub for about a minute before failing)."""
@@ -369,14 +367,6 @@ def check_model_path(plain: dict[str, Any]) -> None:
             continue
         raise ConfigError(f"actor_rollout_ref.model.{key}={value}: no such model folder (fix: run install.sh, "
                      "scripts/prepare_model.py, or give a local folder or a hub id such as Qwen/Qwen2.5-7B-Instruct)")
-
-
-def resolve_data_file(value: str) -> Path:
-    """A data file as the trainers find it: as given, else relative to the project."""
-    p = Path(os.path.expanduser(value))
-    if not p.is_absolute() and not p.exists() and (REPO_ROOT / p).exists():
-        return REPO_ROOT / p
-    return p
 
 
 def check_tasks(plain: dict[str, Any]) -> list[str]:

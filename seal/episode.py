@@ -163,8 +163,6 @@ class EpisodeResult:
             object.__setattr__(self, "excluded", True)
         object.__setattr__(self, "messages", tuple(dict(m) for m in self.messages))
 
-    # ------------------------------------------------------------------ derived
-
     @property
     def faulted(self) -> bool:
         """The LLM or the environment failed: the episode says nothing about the model."""
@@ -202,8 +200,6 @@ class EpisodeResult:
 
     def with_reward(self, reward: float, meta: Mapping[str, Any]) -> EpisodeResult:
         return dataclasses.replace(self, reward=float(reward), reward_meta=dict(meta))
-
-    # ------------------------------------------------------------------ verl's extra_fields boundary
 
     def to_fields(self) -> dict[str, Any]:
         """The flat, JSON-safe dict verl carries per episode (``extra_fields`` -> batch columns).

@@ -21,7 +21,7 @@ from typing import Any
 
 from seal_shared.plugins import load_plugins
 
-__all__ = ["child_environment", "import_root", "load_plugins", "plugin_record"]
+__all__ = ["child_environment", "git_output", "import_root", "load_plugins", "plugin_record"]
 
 
 def _module_file(name: str) -> Path | None:
@@ -57,7 +57,8 @@ def _source_files(file: Path) -> list[Path]:
     return sorted(p for p in file.parent.rglob("*.py") if "__pycache__" not in p.parts)
 
 
-def _git(folder: Path, *args: str) -> str | None:
+def git_output(folder: Path, *args: str) -> str | None:
+    """The stripped output of ``git -C folder args...`` (None when git fails or is missing)."""
     try:
         out = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
@@ -75,10 +76,10 @@ def plugin_record(name: str) -> dict[str, Any]:
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.relative_to(file.parent).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    commit = _git(file.parent, "rev-parse", "HEAD")
+    commit = git_output(file.parent, "rev-parse", "HEAD")
     dirty = None
     if commit is not None:
-        status = _git(file.parent, "status", "--porcelain", "--", *(str(p) for p in files))
+        status = git_output(file.parent, "status", "--porcelain", "--", *(str(p) for p in files))
         dirty = bool(status) if status is not None else None
     return {"module": name, "file": str(file), "files": len(files), "sha256": digest.hexdigest(),
             "git_commit": commit, "git_dirty": dirty}

@@ -28,23 +28,9 @@ _LAZY = {
     "prepare_tag_weights": "seal.advantage.apatch",
 }
 
-__all__ = [
-    "APPLY_MODES",
-    "APatchConfig",
-    "BUILTIN_REWEIGHTERS",
-    "BudgetConfig",
-    "DynamicConfig",
-    "REWEIGHTERS",
-    "TAG_WEIGHTS",
-    "Reweighter",
-    "get_reweighter",
-    "get_reweighter_spec",
-    "known_reweighters",
-    "register_reweighter",
-    "trajectory_scale",
-    "update_dynamic_weights",
-    *_LAZY,
-]
+__all__ = ["APPLY_MODES", "APatchConfig", "BUILTIN_REWEIGHTERS", "BudgetConfig", "DynamicConfig", "REWEIGHTERS",
+           "TAG_WEIGHTS", "Reweighter", "get_reweighter", "get_reweighter_spec", "known_reweighters",
+           "register_reweighter", "trajectory_scale", "update_dynamic_weights", *_LAZY]
 
 
 def get_reweighter_spec(name: str) -> Reweighter:

@@ -167,15 +167,8 @@ def apatch_reweight(advantages: torch.Tensor, tags: Tags, *, cfg: APatchConfig, 
 
 
 def _budget(scales: torch.Tensor, active: torch.Tensor, b: BudgetConfig) -> torch.Tensor:
-    return budget_scales(
-        scales,
-        active,
-        strength=b.strength,
-        min_scale=b.min_scale,
-        max_scale=b.max_scale,
-        normalize_mean=b.normalize_mean,
-        target_mean=b.target_mean,
-    )
+    return budget_scales(scales, active, strength=b.strength, min_scale=b.min_scale, max_scale=b.max_scale,
+                         normalize_mean=b.normalize_mean, target_mean=b.target_mean)
 
 
 @register_reweighter("identity")

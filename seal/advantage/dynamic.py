@@ -37,17 +37,10 @@ def step_dynamic_weights(previous: Mapping[str, float], cfg: APatchConfig,
     """One EMA step from ``tag_stats`` (tag -> count, reward mean), with ``cfg.tag_weights`` as
     the base weights and ``cfg.dynamic`` / the scale range as the knobs."""
     d = cfg.dynamic
-    return update_dynamic_weights(
-        previous,
-        cfg.tag_weights,
-        {t: s.count for t, s in tag_stats.items()},
-        {t: s.reward_mean for t, s in tag_stats.items()},
-        ema_beta=d.ema_beta,
-        prevalence_alpha=d.prevalence_alpha,
-        confidence_samples=d.confidence_samples,
-        min_scale=cfg.min_scale,
-        max_scale=cfg.max_scale,
-    )
+    return update_dynamic_weights(previous, cfg.tag_weights, {t: s.count for t, s in tag_stats.items()},
+                                  {t: s.reward_mean for t, s in tag_stats.items()}, ema_beta=d.ema_beta,
+                                  prevalence_alpha=d.prevalence_alpha, confidence_samples=d.confidence_samples,
+                                  min_scale=cfg.min_scale, max_scale=cfg.max_scale)
 
 
 def update_dynamic_weights(previous: Mapping[str, float], base: Mapping[str, float],

@@ -3,24 +3,9 @@
 
 from __future__ import annotations
 
-from seal.diagnosis.state import (
-    STATE_VERSION,
-    CapabilityState,
-    CapabilityStateError,
-    CapabilityStats,
-    dominant_tag,
-    turn_position,
-)
+from seal.diagnosis.state import (STATE_VERSION, CapabilityState, CapabilityStateError, CapabilityStats,
+                                   dominant_tag, turn_position)
 from seal.diagnosis.stats import DiagnosisConfig, DiagnosisStats, extract_error_messages
 
-__all__ = [
-    "STATE_VERSION",
-    "CapabilityState",
-    "CapabilityStateError",
-    "CapabilityStats",
-    "DiagnosisConfig",
-    "DiagnosisStats",
-    "dominant_tag",
-    "extract_error_messages",
-    "turn_position",
-]
+__all__ = ["STATE_VERSION", "CapabilityState", "CapabilityStateError", "CapabilityStats", "DiagnosisConfig",
+           "DiagnosisStats", "dominant_tag", "extract_error_messages", "turn_position"]

@@ -57,11 +57,9 @@ def extract_error_messages(messages: Iterable[Mapping[str, Any] | str], *, max_c
     for msg in messages:
         if isinstance(msg, str):
             text = msg
-        elif msg.get("role") in _OBSERVATION_ROLES:
-            text = msg.get("content") or ""
-            if not isinstance(text, str):
-                continue
         else:
+            text = msg.get("content") if msg.get("role") in _OBSERVATION_ROLES else None
+        if not isinstance(text, str):
             continue
         for pattern in _ERROR_PATTERNS:
             for m in pattern.finditer(text):

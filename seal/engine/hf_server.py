@@ -280,8 +280,6 @@ class HFServerManager:
                              "set model.generation_config.eos_token_id to the end-of-message token")
         return [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
 
-    # ------------------------------------------------------------------ public API
-
     async def generate(self, request_id: str, prompt_ids: Sequence[int], sampling_params: Mapping[str, Any],
                        **kwargs: Any) -> TokenOutput:
         """Generate a continuation of ``prompt_ids``; verl's contract (multimodal kwargs must be None)."""
@@ -320,8 +318,6 @@ class HFServerManager:
     def close(self) -> None:
         self._executor.shutdown(wait=True)
 
-    # ------------------------------------------------------------------ batching
-
     async def _run_batches(self) -> None:
         loop = asyncio.get_running_loop()
         while self._pending:
@@ -356,10 +352,8 @@ class HFServerManager:
         self._pending = [r for r in self._pending if id(r) not in taken]
         return batch
 
-    # ------------------------------------------------------------------ the blocking part
-
     @contextlib.contextmanager
-    def _generation_mode(self, batch_index: int) -> Iterator[None]:
+    def _generation_mode(self) -> Iterator[None]:
         was_training = self.model.training
         self.model.eval()
         use_autocast = self.autocast_dtype is not None and next(self.model.parameters()).dtype != self.autocast_dtype
@@ -376,12 +370,12 @@ class HFServerManager:
         """Generate one batch (in the server's thread); returns one output per request."""
         stop_ids = set(self.eos_ids) | set(batch[0].key.stop_ids)
         if self.prefix_cache is not None:
-            version = self._weights_version()
+            version = tuple(p._version for p in self.model.parameters())  # in-place modification counters
             if version != self._cache_version:
                 self.clear_cache()
                 self._cache_version = version
         started = time.monotonic()
-        with self._generation_mode(self.stats.batches):
+        with self._generation_mode():
             if self.prefix_cache is not None:
                 with attention.server_attention_for(self.model):
                     results = self._cached_batch(batch, stop_ids)
@@ -393,10 +387,6 @@ class HFServerManager:
         self.stats.generated_tokens += sum(len(o.token_ids) for o in results)
         self.stats.generate_seconds += time.monotonic() - started
         return results
-
-    def _weights_version(self) -> tuple[int, ...]:
-        """In-place modification counters of the parameters (cheap: one int per tensor)."""
-        return tuple(p._version for p in self.model.parameters())
 
     def _kv_dtype(self) -> torch.dtype:
         dtype = next(self.model.parameters()).dtype

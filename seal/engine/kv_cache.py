@@ -6,11 +6,8 @@ key/value tensors of recent contexts in a :class:`PrefixStore`; a request reuses
 prefix it shares (the same episode's previous call, or a sibling episode of the same task) and
 computes only the rest (:mod:`seal.engine.kv_engine`). Entries are chains (:class:`Entry`), so
 an extension stores only what it adds. :class:`BufferLayer` is the cache layer the engine runs
-the model over: preallocated buffers, so no step copies the cache.
-
-Works with decoder-only models whose attention uses a standard per-layer key/value cache and
-explicit ``position_ids`` (Llama, Mistral, Qwen2 families). Keys are cached after RoPE at their
-true positions, which left padding preserves (positions count real tokens only).
+the model over: preallocated buffers, so no step copies the cache. The models it works with:
+:mod:`seal.engine.kv_engine`.
 """
 
 from __future__ import annotations

@@ -20,6 +20,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from tqdm import tqdm
+
+from env_service.registry import get_environment
 from seal.episode import EpisodeResult, Evaluation
 from seal.eval.logs import ValidationLogWriter, ValidationRecord, finished_keys, read_log_file
 from seal.eval.policies import ChatGenerator, ChatPolicy, SamplingSettings
@@ -66,12 +69,7 @@ class EvalSettings:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
 
     def episode_params(self) -> dict[str, Any]:
-        params = dict(self.params)
-        params.update(VALIDATE_PARAMS)
-        return params
-
-
-# --------------------------------------------------------------------------- one episode
+        return {**self.params, **VALIDATE_PARAMS}
 
 
 def evaluate_episode(client: Any, policy: ChatPolicy, task_id: str, *, params: dict[str, Any],
@@ -134,32 +132,8 @@ def _generation_dict(sampling: SamplingSettings, budget: RolloutSettings) -> dic
     return out
 
 
-# --------------------------------------------------------------------------- task selection
-
-
-def default_task_ids(split: str, env: str = "bfcl") -> list[str]:
-    """Task ids of a split (``train``/``val``/``test``/``eval``) of the environment ``env``."""
-    from env_service.registry import get_environment
-
-    return list(get_environment(env).load_split(split))
-
-
-def split_lookup(env: str = "bfcl") -> Callable[[str], str | None]:
-    """Maps a task id of ``env`` to ``val``/``test``/``train`` (None if in no split)."""
-    from env_service.registry import get_environment
-
-    load_split = get_environment(env).load_split
-    table: dict[str, str] = {}
-    for name in ("train", "val", "test"):
-        for tid in load_split(name):
-            table[str(tid)] = name
-    return table.get
-
-
 def task_categories(env: str, ids: list[str]) -> dict[str, str]:
     """``task_id -> category`` as the environment's task store records it (one line for an unknown id)."""
-    from env_service.registry import get_environment
-
     try:
         return get_environment(env).categories_of(list(ids))
     except KeyError as err:
@@ -167,8 +141,8 @@ def task_categories(env: str, ids: list[str]) -> dict[str, str]:
 
 
 def select_tasks(settings: EvalSettings, ids: list[str]) -> list[str]:
-    """Apply the category filter, ``per_category`` and ``limit`` (order preserved); categories are
-    the task store's."""
+    """Apply the category filter and ``per_category`` (order preserved; ``limit`` is applied by the
+    caller); categories are the task store's."""
     if not settings.categories and settings.per_category is None:
         return ids
     category = task_categories(settings.env, ids)
@@ -215,9 +189,6 @@ def filter_prompt_length(client: Any, policy: ChatPolicy, ids: list[str], params
     return kept, skipped
 
 
-# --------------------------------------------------------------------------- orchestration
-
-
 @dataclass
 class RepeatResult:
     repeat: int
@@ -236,9 +207,6 @@ class EvalSummary:
     skipped: dict[str, int]
     repeats: list[RepeatResult]
     mean_std: dict[str, tuple[float, float]]
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def repeat_dir(out_dir: Path, repeat: int, repeats: int) -> Path:
@@ -278,7 +246,7 @@ def run_eval(settings: EvalSettings, policy: ChatPolicy, client_factory: Callabl
 
 def _run_all(settings: EvalSettings, policy: ChatPolicy, client: Callable[[], Any], out_dir: Path) -> EvalSummary:
     """Task selection, the repeats and the summary file (see :func:`run_eval`)."""
-    ids = select_tasks(settings, settings.task_ids or default_task_ids(settings.split, settings.env))
+    ids = select_tasks(settings, settings.task_ids or list(get_environment(settings.env).load_split(settings.split)))
     skipped: dict[str, int] = {}
     if settings.max_prompt_tokens is not None:
         ids, skipped = filter_prompt_length(client(), policy, ids, settings.episode_params(),
@@ -287,33 +255,32 @@ def _run_all(settings: EvalSettings, policy: ChatPolicy, client: Callable[[], An
         ids = ids[: settings.limit]
     if not ids:
         raise ValueError("no task left to evaluate: check --split/--tasks/--categories/--limit")
-    split_of = _split_lookup_or_none(settings)
+    split_of = _split_lookup(settings)
     category_of = _category_lookup(settings.env, ids)
     results = [_run_repeat(settings, policy, client, ids, out_dir, r, split_of, category_of)
                for r in range(settings.repeats)]
     summary = EvalSummary(out_dir=str(out_dir), step=settings.step, task_ids=ids, skipped=skipped,
                           repeats=results, mean_std=_aggregate(results))
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "eval_summary.json").write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
+    (out_dir / "eval_summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
     return summary
 
 
 def _category_lookup(env: str, ids: list[str]) -> Callable[[str], str | None]:
     """The task store's category of each task (None for an id the store lacks: the episode then
     takes the category its environment reports)."""
-    from env_service.registry import get_environment
-
     store = get_environment(env).task_store()
     table = {t: str(store.get(t).category) for t in ids if t in store}
     return table.get
 
 
-def _split_lookup_or_none(settings: EvalSettings) -> Callable[[str], str | None]:
+def _split_lookup(settings: EvalSettings) -> Callable[[str], str | None]:
+    """Maps a task id to ``train``/``val``/``test`` (None if in no split)."""
     try:
-        return split_lookup(settings.env)
+        load_split = get_environment(settings.env).load_split
+        return {str(tid): name for name in ("train", "val", "test") for tid in load_split(name)}.get
     except (ImportError, FileNotFoundError) as exc:
-        logger.warning("cannot map task ids to splits (%s); records get split=%r", exc,
-                       settings.split)
+        logger.warning("cannot map task ids to splits (%s); records get split=%r", exc, settings.split)
         return lambda _tid: settings.split
 
 
@@ -321,7 +288,7 @@ def _run_repeat(settings: EvalSettings, policy: ChatPolicy, client: Callable[[],
                 repeat: int, split_of: Callable[[str], str | None],
                 category_of: Callable[[str], str | None]) -> RepeatResult:
     seed = settings.seed + repeat
-    sampling = SamplingSettings(**{**settings.sampling.to_dict(), "seed": seed})
+    sampling = replace(settings.sampling, seed=seed)
     set_seed = getattr(policy, "set_seed", None)
     if set_seed is not None:
         set_seed(seed)
@@ -341,14 +308,11 @@ def _run_repeat(settings: EvalSettings, policy: ChatPolicy, client: Callable[[],
                            sampling=sampling, budget=settings.budget,
                            step=settings.step, split=split_of(tid), repeat=repeat, category=category_of(tid))
 
-    bar = _progress(len(todo), f"repeat {repeat}", settings.progress)
-    with ThreadPoolExecutor(max_workers=settings.concurrency) as pool:
-        futures = [pool.submit(work, t) for t in todo]
-        for fut in as_completed(futures):
-            rec = fut.result()
-            writer.write(rec)
+    bar = tqdm(total=len(todo), desc=f"repeat {repeat}", unit="task", disable=not settings.progress)
+    with bar, ThreadPoolExecutor(max_workers=settings.concurrency) as pool:
+        for fut in as_completed([pool.submit(work, t) for t in todo]):
+            writer.write(fut.result())
             bar.update(1)
-    bar.close()
     wanted = set(ids)
     records = [r for r in dedupe_latest(read_log_file(log_path))
                if r.get("task_id") in wanted and int(r.get("repeat", 0)) == repeat]
@@ -360,12 +324,6 @@ def _run_repeat(settings: EvalSettings, policy: ChatPolicy, client: Callable[[],
     return RepeatResult(repeat=repeat, seed=seed, log_path=str(log_path), category_mean=category_mean(counts),
                         counts={c: {"n_pass": pc.n_pass, "n": pc.n, "errored": pc.errored} for c, pc in counts.items()},
                         errors=errors)
-
-
-def _progress(total: int, desc: str, enabled: bool) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="task", disable=not enabled)
 
 
 def _aggregate(results: list[RepeatResult]) -> dict[str, tuple[float, float]]:

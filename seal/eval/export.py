@@ -95,20 +95,17 @@ def fc_step_to_calls(step: list[dict[str, str]]) -> list[str]:
     return calls
 
 
-def model_turns_to_result(model_turns: list[list[list[str]]]) -> list[list[list[dict[str, str]]]]:
-    """turn -> step -> call strings, as BFCL FC result turns (empty steps are dropped)."""
-    return [[[call_to_fc(c) for c in step] for step in turn if step] for turn in model_turns]
-
-
 def record_to_result_line(record: dict[str, Any]) -> dict[str, Any]:
-    """One validation-log record as one BFCL result line."""
+    """One validation-log record as one BFCL result line: its turn -> step -> call strings as BFCL FC
+    result turns (empty steps are dropped)."""
     turns = record.get("model_turns")
     if turns is None:
         raise ValueError(
             f"record for {record.get('task_id')!r} has no model_turns; only logs written by "
             "seal eval or the trainer's validation (this project's format) can be exported"
         )
-    return {"id": record["task_id"], "result": model_turns_to_result(turns)}
+    return {"id": record["task_id"], "result": [[[call_to_fc(c) for c in step] for step in turn if step]
+                                                for turn in turns]}
 
 
 def export_records(records: Iterable[dict[str, Any]], root: str | Path, *, model: str = DEFAULT_FC_MODEL) -> dict[str,

@@ -82,9 +82,8 @@ class ValidationRecord:
     def to_json_dict(self, *, max_message_chars: int | None = None) -> dict[str, Any]:
         """The log line as a dict; ``max_message_chars`` truncates each message's content."""
         out = asdict(self)
-        msgs = truncate_messages(self.messages, max_message_chars)
-        out["messages"] = msgs
-        out["input"], out["output"] = split_input_output(msgs)
+        out["messages"] = truncate_messages(self.messages, max_message_chars)
+        out["input"], out["output"] = split_input_output(out["messages"])
         return out
 
 
@@ -113,11 +112,8 @@ def truncate_messages(messages: list[dict[str, Any]], max_chars: int | None) -> 
 
 def split_input_output(messages: list[dict[str, Any]]) -> tuple[str, str]:
     """The release's ``input`` (system + first user text) and ``output`` (the rest) strings."""
-    head = [m for m in messages[:2]]
-    rest = messages[2:]
-    input_text = "\n".join(str(m.get("content", "")) for m in head)
-    output_text = "\n".join(f"[{m.get('role', '?')}] {m.get('content', '')}" for m in rest)
-    return input_text, output_text
+    return ("\n".join(str(m.get("content", "")) for m in messages[:2]),
+            "\n".join(f"[{m.get('role', '?')}] {m.get('content', '')}" for m in messages[2:]))
 
 
 class ValidationLogWriter:
@@ -235,8 +231,5 @@ def finished_keys(path: str | Path) -> set[tuple[str, int]]:
     path = Path(path)
     if not path.exists():
         return set()
-    return {
-        (str(r["task_id"]), int(r.get("repeat", 0)))
-        for r in read_log_file(path)
-        if "task_id" in r and not r.get("error")
-    }
+    return {(str(r["task_id"]), int(r.get("repeat", 0))) for r in read_log_file(path)
+            if "task_id" in r and not r.get("error")}

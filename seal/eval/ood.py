@@ -30,13 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from seal.eval.paper_numbers import TABLE2_COLUMNS
+
 WEB_SEARCH = ("web_search_base", "web_search_no_snippet")
 MEMORY = ("memory_kv", "memory_vector", "memory_rec_sum")
-# The memory backends that run offline and without torch (vector needs sentence-transformers,
-# which downloads an embedding model and a CUDA torch).
-MEMORY_OFFLINE = ("memory_kv", "memory_rec_sum")
 TAU2_DOMAINS = ("retail", "airline", "telecom")
-TABLE2_COLUMNS = ("v4_avg", "web_search", "memory", "tau2_avg", "retail", "airline", "telecom")
 COLUMN_NAMES = {"v4_avg": "V4 Avg", "web_search": "WebSearch", "memory": "Memory", "tau2_avg": "τ² Avg",
                 "retail": "Retail", "airline": "Airline", "telecom": "Telecom"}
 PARTS = ("web_search", "memory", *TAU2_DOMAINS)
@@ -73,9 +71,6 @@ class Cell:
     parts: dict[str, float] = field(default_factory=dict)
     missing: tuple[str, ...] = ()
     n: int = 0
-
-
-# --------------------------------------------------------------------------- score files
 
 
 def read_bfcl_score_file(path: str | Path) -> Score:
@@ -172,9 +167,6 @@ def _mean_cell(cells: Mapping[str, Cell], keys: Sequence[str]) -> Cell:
                 sum(cells[k].n for k in keys))
 
 
-# --------------------------------------------------------------------------- commands
-
-
 @dataclass(frozen=True)
 class Command:
     """A harness command: argv, the environment variables it adds, and its working directory."""
@@ -235,9 +227,6 @@ def tau2_results_path(repo: str | Path, save_to: str) -> Path | None:
     return None
 
 
-# --------------------------------------------------------------------------- availability
-
-
 def can_connect(host: str, port: int = 443, timeout: float = 3.0) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout):
@@ -282,9 +271,6 @@ def _provider_key(model: str) -> str | None:
         return "OPENAI_API_KEY"
     return {"anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY", "azure": "AZURE_API_KEY",
             "openai": "OPENAI_API_KEY"}.get(provider)
-
-
-# --------------------------------------------------------------------------- Table 2
 
 
 def table2_cells(folders: Mapping[str, Path], reference: Mapping[str, Mapping[str, float]],

@@ -126,9 +126,6 @@ class ChatGenerator:
         self.response_tokens += reply.completion_tokens
 
 
-# --------------------------------------------------------------------------- OpenAI-compatible
-
-
 _RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 _CONTEXT_ERROR = re.compile(r"context (length|window)|maximum context|too many tokens|prompt is too long", re.I)
 
@@ -216,9 +213,6 @@ class OpenAIChatPolicy:
         raise PolicyError(f"chat endpoint failed after {self.max_retries + 1} attempts: {last}")
 
 
-# --------------------------------------------------------------------------- local HF checkpoint
-
-
 class HFChatPolicy:
     """A local HF checkpoint (CPU only; serve a GPU one with vLLM and use :class:`OpenAIChatPolicy`)
     behind the chat template, served by the trainer's rollout engine (:class:`seal.engine.hf_server.HFServerManager`):
@@ -259,8 +253,6 @@ class HFChatPolicy:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="hf-policy", daemon=True)
         self._thread.start()
-
-    # -- public ------------------------------------------------------------------------------
 
     def encode(self, messages: list[dict[str, Any]]) -> list[int]:
         """Prompt token ids: the chat template with the generation prompt."""

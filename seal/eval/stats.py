@@ -9,19 +9,10 @@ from typing import Any, Iterable, Mapping
 
 from seal.eval.logs import is_errored, is_pass
 
+SHORT_NAMES: dict[str, str] = {"multi_turn_base": "Base", "multi_turn_miss_func": "MissFunc",
+                               "multi_turn_miss_param": "MissParam", "multi_turn_long_context": "LongCtx"}
 # The paper's column order; unknown categories are appended alphabetically.
-CATEGORY_ORDER: tuple[str, ...] = (
-    "multi_turn_base",
-    "multi_turn_miss_func",
-    "multi_turn_miss_param",
-    "multi_turn_long_context",
-)
-SHORT_NAMES: dict[str, str] = {
-    "multi_turn_base": "Base",
-    "multi_turn_miss_func": "MissFunc",
-    "multi_turn_miss_param": "MissParam",
-    "multi_turn_long_context": "LongCtx",
-}
+CATEGORY_ORDER: tuple[str, ...] = tuple(SHORT_NAMES)
 OVERALL = "overall"
 
 
@@ -104,11 +95,7 @@ def category_mean(counts: Mapping[str, PassCount]) -> float:
 
 def tag_distribution(records: Iterable[dict[str, Any]]) -> Counter[str]:
     """How often each per-turn failure tag occurs across the records' ``tags`` lists."""
-    counts: Counter[str] = Counter()
-    for r in records:
-        for t in r.get("tags") or []:
-            counts[str(t)] += 1
-    return counts
+    return Counter(str(t) for r in records for t in r.get("tags") or [])
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
@@ -118,6 +105,5 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     m = sum(values) / len(values)
     if len(values) < 2:
         return m, 0.0
-    var = sum((v - m) ** 2 for v in values) / (len(values) - 1)
-    return m, math.sqrt(var)
+    return m, math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
 

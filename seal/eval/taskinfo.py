@@ -28,9 +28,8 @@ def parquet_index(path: str | Path) -> dict[str, TaskInfo]:
     out: dict[str, TaskInfo] = {}
     for source, prompt, extra in zip(df["data_source"], df["prompt"], df["extra_info"]):
         tid = str(extra.get("index") or extra.get("original_id"))
-        query = None
-        for msg in list(prompt)[1:2]:
-            query = str(msg.get("content") or "") or None
+        first_user = list(prompt)[1:2]
+        query = (str(first_user[0].get("content") or "") or None) if first_user else None
         out[tid] = TaskInfo(tid, str(extra.get("dataset_type") or source), extra.get("split"), query)
     return out
 
@@ -45,10 +44,8 @@ def bfcl_jsonl_index(paths: Iterable[str | Path]) -> dict[str, TaskInfo]:
                     continue
                 entry = json.loads(line)
                 tid = str(entry["id"])
-                query = None
                 turns = entry.get("question") or []
-                if turns and turns[0]:
-                    query = str(turns[0][0].get("content") or "") or None
+                query = (str(turns[0][0].get("content") or "") or None) if turns and turns[0] else None
                 out[tid] = TaskInfo(tid, tid.rsplit("_", 1)[0], None, query)
     return out
 
@@ -59,10 +56,8 @@ def merge_indexes(*indexes: dict[str, TaskInfo]) -> dict[str, TaskInfo]:
     for idx in indexes:
         for tid, info in idx.items():
             old = out.get(tid)
-            if old is None:
-                out[tid] = info
-            else:
-                out[tid] = TaskInfo(tid, old.category, old.split or info.split, old.query or info.query)
+            out[tid] = info if old is None else TaskInfo(tid, old.category, old.split or info.split,
+                                                         old.query or info.query)
     return out
 
 
@@ -84,10 +79,8 @@ class RecordIdentifier:
         if not text:
             return None
         cat = record.get("data_source")
-        hits = [
-            tid for q, tids in self._by_query.items() if q and q in text for tid in tids
-            if cat is None or self.index[tid].category == cat
-        ]
+        hits = [tid for q, tids in self._by_query.items() if q and q in text for tid in tids
+                if cat is None or self.index[tid].category == cat]
         return hits[0] if len(set(hits)) == 1 else None
 
     def split(self, record: dict[str, Any]) -> str | None:

@@ -10,36 +10,27 @@ introduced in its own user message, so they cannot leak a task's answer. Off in 
 from __future__ import annotations
 
 import copy
+import json
+from typing import Any
+
+
+def _example(tool: str, question: str, call: dict[str, Any], result: str, answer: str) -> tuple[dict[str, str], ...]:
+    """One worked example: the question with its toy tool, the call, the tool's answer, the reply."""
+    return ({"role": "user", "content": f"[Example] Tool for this example only: {tool}\n{question}"},
+            {"role": "assistant", "content": f"<tool_call>\n{json.dumps(call)}\n</tool_call>"},
+            {"role": "user", "content": f"<tool_response>\n{result}\n</tool_response>\n"},
+            {"role": "assistant", "content": answer})
+
 
 _EXAMPLES: tuple[dict[str, str], ...] = (
-    {
-        "role": "user",
-        "content": (
-            "[Example] Tool for this example only: count_letters(word: str, letter: str) -> int, "
-            "counts how often `letter` occurs in `word`.\n"
-            "How many times does the letter r occur in 'strawberry'?"
-        ),
-    },
-    {
-        "role": "assistant",
-        "content": '<tool_call>\n{"name": "count_letters", "arguments": {"word": "strawberry", "letter": "r"}}\n</tool_call>',
-    },
-    {"role": "user", "content": "<tool_response>\n3\n</tool_response>\n"},
-    {"role": "assistant", "content": "The letter r occurs 3 times in 'strawberry'."},
-    {
-        "role": "user",
-        "content": (
-            "[Example] Tool for this example only: days_between(start: str, end: str) -> int, "
-            "dates as YYYY-MM-DD.\n"
-            "How many days are there from 2024-03-01 to 2024-03-15?"
-        ),
-    },
-    {
-        "role": "assistant",
-        "content": '<tool_call>\n{"name": "days_between", "arguments": {"start": "2024-03-01", "end": "2024-03-15"}}\n</tool_call>',
-    },
-    {"role": "user", "content": "<tool_response>\n14\n</tool_response>\n"},
-    {"role": "assistant", "content": "There are 14 days from 2024-03-01 to 2024-03-15."},
+    *_example("count_letters(word: str, letter: str) -> int, counts how often `letter` occurs in `word`.",
+              "How many times does the letter r occur in 'strawberry'?",
+              {"name": "count_letters", "arguments": {"word": "strawberry", "letter": "r"}}, "3",
+              "The letter r occurs 3 times in 'strawberry'."),
+    *_example("days_between(start: str, end: str) -> int, dates as YYYY-MM-DD.",
+              "How many days are there from 2024-03-01 to 2024-03-15?",
+              {"name": "days_between", "arguments": {"start": "2024-03-01", "end": "2024-03-15"}}, "14",
+              "There are 14 days from 2024-03-01 to 2024-03-15."),
 )
 
 

@@ -26,10 +26,7 @@ log = logging.getLogger(__name__)
 
 # Dummy conversation used to find the template's increments. Single characters keep the
 # surrounding template text from merging with the content during tokenisation.
-_DUMMY_PREFIX: tuple[dict[str, str], ...] = (
-    {"role": "system", "content": "S"},
-    {"role": "user", "content": "U"},
-)
+_DUMMY_PREFIX: tuple[dict[str, str], ...] = ({"role": "system", "content": "S"}, {"role": "user", "content": "U"})
 _DUMMY_ASSISTANT = "A"
 
 
@@ -88,8 +85,6 @@ class ChatFormat:
         if not header:
             raise ChatTemplateError("chat template has no generation prompt (add_generation_prompt adds nothing)")
         return cls(tokenizer, tuple(header), tuple(body[len(content):]), kw)
-
-    # ------------------------------------------------------------------ pieces
 
     def prompt_ids(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
         """Token ids of ``messages`` rendered with the generation header (the episode's prompt)."""

@@ -86,8 +86,6 @@ class CoEvolution:
         self.stats = DiagnosisStats(self.state, self.diag_cfg) if self.state is not None else None
         self.error_counter: Counter[str] = Counter()
 
-    # ------------------------------------------------------------------ per episode
-
     def guidelines_enabled(self, *, train: bool) -> bool:
         evo = self.env_block.get("diagnostic_evolution") or {}
         return self.enabled and bool(evo.get("enable")) and (train or bool(evo.get("apply_to_validation")))
@@ -107,8 +105,6 @@ class CoEvolution:
         lines = self.guideline_lines(train=train, category=category)
         extra = {} if lines is None else {"diagnostic_evolution": {"lines": lines}}
         return episode_params(self.cfg, ROLLOUT_MODES[bool(train)], extra)
-
-    # ------------------------------------------------------------------ per step
 
     def observe(self, episodes: Iterable[EpisodeResult], *, epoch: int, step: int) -> dict[str, float]:
         """Feed the step's *training* episodes to the capability state.
@@ -185,8 +181,6 @@ class CoEvolution:
         """Write the live state to ``diagnostic_state/capability_state.json`` (atomic)."""
         if self.state is not None:
             self.state.save(self.state_dir / STATE_FILE)
-
-    # ------------------------------------------------------------------ checkpoints
 
     def state_dict(self) -> dict[str, Any]:
         return {**self._meta(), "capability_state": self.state.to_dict() if self.state is not None else None}

@@ -10,7 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from seal.config_base import REPO_ROOT, ConfigError, to_plain
+from seal.config_base import ConfigError, resolve_data_file, to_plain
 from seal.environment import environment, task_categories
 from seal.schema import WarmStartKeys
 from seal_shared.tags import known_tags, tag_definitions
@@ -20,14 +20,8 @@ logger = logging.getLogger(__name__)
 
 
 def _files(value: Any) -> list[Path]:
-    files = [value] if isinstance(value, str) else list(to_plain(value) or [])
-    out = []
-    for f in files:
-        p = Path(f)
-        if not p.is_absolute() and not p.exists() and (REPO_ROOT / p).exists():
-            p = REPO_ROOT / p
-        out.append(p)
-    return out
+    """Data files as the config check found them (:func:`seal.config_base.resolve_data_file`)."""
+    return [resolve_data_file(str(f)) for f in ([value] if isinstance(value, str) else to_plain(value) or [])]
 
 
 def ids_from_parquet(files: Sequence[Path], key: str) -> list[str]:

@@ -61,6 +61,8 @@ def prepare(cfg: DictConfig, *, val_ids: list[str] | None = None) -> DictConfig:
     settings = WarmStartSettings.from_config(cfg)
     if not settings.enable:
         return cfg
+    from transformers import AutoTokenizer
+
     from seal.environment import environment_name
     from seal.trainer.local.policy import model_path
 
@@ -69,7 +71,7 @@ def prepare(cfg: DictConfig, *, val_ids: list[str] | None = None) -> DictConfig:
         val_ids = select_task_ids(cfg, "val")
     check_disjoint(warm_ids, val_ids)
     base = model_path(cfg)
-    tokenizer = _tokenizer(base)
+    tokenizer = AutoTokenizer.from_pretrained(base)
     transcripts = _transcripts(cfg, tokenizer, warm_ids)
     fp = fingerprint(base, transcripts_digest(transcripts), settings, trainer_identity(cfg))
     output = Path(settings.output) if settings.output else default_output(base, environment_name(cfg), fp)
@@ -86,21 +88,12 @@ def prepare(cfg: DictConfig, *, val_ids: list[str] | None = None) -> DictConfig:
     return cfg
 
 
-def _tokenizer(path: str) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(path)
-
-
 def _transcripts(cfg: DictConfig, tokenizer: Any, task_ids: list[str]) -> list[Transcript]:
     from env_service.client import EnvClient
     from seal.environment import environment_name
 
-    client = EnvClient.in_process(env=environment_name(cfg))
-    try:
+    with EnvClient.in_process(env=environment_name(cfg)) as client:
         return build_transcripts(cfg, tokenizer, client, task_ids)
-    finally:
-        client.close()
 
 
 def _train(cfg: DictConfig, settings: WarmStartSettings, transcripts: list[Transcript], *, base: str,

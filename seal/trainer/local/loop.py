@@ -107,8 +107,6 @@ class LocalTrainer:
         self.best = BestCheckpointKeeper(self.checkpoint_root, BestCheckpointSettings.from_trainer_cfg(cfg.trainer))
         self._saved_step: int | None = None
 
-    # ------------------------------------------------------------------ setup helpers
-
     def _make_optimizer(self) -> torch.optim.Optimizer:
         o = self.actor.optim  # AdamW: the config pass's rule for the local trainer (seal.config_values)
         return torch.optim.AdamW(self.model.parameters(), lr=float(o.lr), betas=tuple(float(b) for b in o.betas),
@@ -144,8 +142,6 @@ class LocalTrainer:
         return {"temperature": 0.0 if greedy else temperature, "top_p": float(src.top_p),
                 "top_k": int(src.get("top_k", -1))}
 
-    # ------------------------------------------------------------------ rollouts
-
     def play(self, jobs: Sequence[EpisodeJob], *, train: bool, epoch: int, desc: str,
              sampling: dict[str, Any] | None = None) -> list[Episode]:
         """Play ``jobs`` concurrently through the episode runner (a progress bar per call); the
@@ -173,8 +169,6 @@ class LocalTrainer:
                 f"step {step}: {env + llm} of {len(episodes)} episodes faulted ({env} environment, {llm} LLM), "
                 f"more than seal.local.max_fault_fraction={limit}; is the environment service up ({where})? "
                 "The last checkpoint is intact: fix the cause and run the same command again to resume.")
-
-    # ------------------------------------------------------------------ one step
 
     def train_step(self) -> dict[str, float]:
         """One GRPO step with the SEAL loop, top to bottom."""
@@ -225,8 +219,6 @@ class LocalTrainer:
                         "timing/update_s": time.time() - t0 - t_rollout, "timing/step_s": time.time() - t0})
         return metrics
 
-    # ------------------------------------------------------------------ validation
-
     def validate(self, step: int) -> dict[str, float]:
         """Greedy, one episode per validation task, untouched interface; writes the step's log.
         Then, with ``seal.local.sampled_validation_n``, that many sampled episodes per task."""
@@ -251,8 +243,6 @@ class LocalTrainer:
                              sampling=params)
         write_validation_log(self.exp_dir / "validation_log_sampled", step, episodes, params, split="val")
         return {k.replace("val/", "val_sampled/", 1): v for k, v in validation_metrics(episodes).items()}
-
-    # ------------------------------------------------------------------ checkpoints and the loop
 
     def trainer_state(self) -> dict[str, Any]:
         return {"global_step": self.global_step, "data": self.sampler.state_dict()}

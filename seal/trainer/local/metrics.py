@@ -12,7 +12,6 @@ logger = logging.getLogger(__name__)
 
 # The keys shown on the compact console line, with their short names.
 CONSOLE_KEYS = (
-    ("step", "step"),
     ("seal/reward_mean", "reward"),
     ("seal/success_rate", "pass"),
     ("actor/loss", "loss"),
@@ -27,7 +26,7 @@ CONSOLE_KEYS = (
 
 def console_line(step: int, metrics: dict[str, float]) -> str:
     parts = [f"step {step}"]
-    for key, short in CONSOLE_KEYS[1:]:
+    for key, short in CONSOLE_KEYS:
         if key in metrics:
             v = metrics[key]
             parts.append(f"{short}={v:.4g}" if isinstance(v, float) else f"{short}={v}")
