@@ -168,7 +168,7 @@ timings() {
     { grep -E 'step:[0-9]+ - |step [0-9]+ \| ' "$log" || true; } | while IFS= read -r line; do
       [[ $line =~ step[:\ ]([0-9]+) ]] || continue
       local step=${BASH_REMATCH[1]} parts
-      parts=$({ grep -oE 'timing_s/[a-z_]+:[0-9.]+|\| s=[0-9.]+' <<<"$line" || true; } \
+      parts=$({ grep -oE 'timing_s/[a-z_]+:[0-9.]+(e[-+]?[0-9]+)?|\| s=[0-9.]+' <<<"$line" || true; } \
               | sed 's/^| s=/step:/; s/^timing_s\///' | tr '\n' ' ')
       [ -z "$parts" ] || echo "  step $step: $parts"
     done

@@ -183,6 +183,7 @@ def test_the_smoke_script_runs_its_steps_resume_and_checks_on_cpu(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_the_cpu_smoke_runs_verls_own_fit_under_ray(tmp_path):
     """``--cpu``: the verl backend as one program on this machine (exp/verl_cpu.yaml with a tiny
     model): a real local Ray cluster, verl's RayPPOTrainer.fit with the FSDP2 actor and reference

@@ -84,6 +84,7 @@ def _steps(log: Path) -> dict[int, dict[str, float]]:
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_a_killed_service_and_a_killed_ray_worker_lose_no_step(tmp_path: Path) -> None:
     if not (MODEL_DIR / "tokenizer.json").is_file():
         pytest.skip("models/SmolLM2-135M-Instruct is not installed (run install.sh)")

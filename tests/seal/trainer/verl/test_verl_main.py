@@ -200,6 +200,7 @@ def test_generation_batch_carries_env_params_per_mode(seal_cfg, vanilla_cfg, tmp
 
 
 @pytest.mark.slow
+@pytest.mark.ray
 def test_agent_loop_imports_in_a_ray_worker(seal_cfg, tmp_path):
     """A Ray worker started with the prepared runtime env (from another directory) resolves the
     agent loop the way verl's AgentLoopWorker does."""
