@@ -193,7 +193,7 @@ class ServerStats:
     generate_seconds: float = 0.0
     prefill_seconds: float = 0.0  # prefix-reuse engine only: prefill part of generate_seconds
     decode_seconds: float = 0.0  # prefix-reuse engine only: decode part
-    decode_row_steps: int = 0  # prefix-reuse engine only: rows x decode steps computed (finished rows too)
+    decode_row_steps: int = 0  # prefix-reuse engine only: rows computed, summed over decode steps
     batch_sizes: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, float]:
@@ -420,7 +420,7 @@ class HFServerManager:
         out = kv_engine.decode(self.model, shape, rows, torch.stack(first), [r.max_tokens for r in batch],
                               choose, logprob_of, stop_ids, self.pad_id, self.shared_prefix_min_tokens)
         self.stats.decode_seconds += time.monotonic() - started
-        self.stats.decode_row_steps += out.steps * len(batch)
+        self.stats.decode_row_steps += out.row_steps
         for entry in out.entries:
             store.put(entry)
         return [TokenOutput(token_ids=t, log_probs=lp, stop_reason="completed" if done else "length")

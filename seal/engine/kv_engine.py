@@ -250,7 +250,13 @@ class DecodeResult:
     logprobs: list[list[float]]
     stopped: list[bool]  # True = a stop id ended the row, False = its max_tokens did
     entries: list[Entry]  # per row: context + generated tokens whose key/values were computed
-    steps: int = 0  # decode steps the batch ran (every row is computed at every step)
+    steps: int = 0  # decode steps the batch ran
+    row_steps: int = 0  # rows computed, summed over the steps (finished rows until they are dropped)
+
+
+# A decode batch drops its finished rows once they are at least this share of it: a row costs
+# every step about as much as reading its key/values, and dropping rows copies the others' once.
+DROP_FINISHED_SHARE = 0.25
 
 
 def decode(model: Model, shape: KVShape, rows: list[Entry], first_logits: torch.Tensor, max_tokens: list[int],
@@ -262,6 +268,8 @@ def decode(model: Model, shape: KVShape, rows: list[Entry], first_logits: torch.
     logits (B, V) to tokens (B,), ``logprob_of`` maps (logits, tokens) to log-probs (B,). Rows
     sharing at least ``min_shared`` leading tokens read that prefix once per step as a
     :class:`~seal.engine.attention.PrefixGroup`; the buffers hold only the rest of each row.
+    Finished rows leave the batch (:data:`DROP_FINISHED_SHARE`), so that the longest row does not
+    make every other row decode as long.
     """
     groups, shared = prefix_groups(model, [r.tokens for r in rows], list(rows), [len(r) for r in rows], min_shared)
     b, steps = len(rows), max(max_tokens)
@@ -272,48 +280,84 @@ def decode(model: Model, shape: KVShape, rows: list[Entry], first_logits: torch.
     for i, (row, s) in enumerate(zip(rows, shared)):
         row.write(keys, values, i, width - (len(row) - s), s, len(row))
         mask[i, width - (len(row) - s):width] = 1
-    cache = Cache(layers=[BufferLayer(k, v, width) for k, v in zip(keys, values)])
-    extra = {PREFIX_KWARG: groups} if groups else {}
     positions = torch.tensor([[len(r)] for r in rows], device=dev)
     stop = torch.tensor(sorted(stop_ids), device=dev)
     limits = torch.tensor(max_tokens, device=dev)
+    active = torch.arange(b, device=dev)  # each batch row's index in ``rows``
     done = torch.zeros(b, dtype=torch.bool, device=dev)
-    out_tokens, out_lp, logits = [], [], first_logits
+    tokens = torch.full((b, steps), pad_id, dtype=torch.long, device=dev)
+    logprobs = torch.zeros(b, steps, device=dev)
+    finished: list[tuple[list[int], list[float], bool, Entry] | None] = [None] * b
+    result = DecodeResult([], [], [], [])
+    logits = first_logits
     for t in range(steps):
-        tok = choose(logits)
-        out_lp.append(logprob_of(logits, tok))
-        tok = torch.where(done, torch.full_like(tok, pad_id), tok)
-        out_tokens.append(tok)
+        tok = torch.where(done, torch.full_like(limits, pad_id), choose(logits))
+        tokens[active, t], logprobs[active, t] = tok, logprob_of(logits, tok)
+        result.steps, result.row_steps = t + 1, result.row_steps + len(active)
         done = done | torch.isin(tok, stop) | (limits <= t + 1)
         if bool(done.all()):
             break
+        if int(done.sum()) >= DROP_FINISHED_SHARE * len(active):
+            for j in done.nonzero().flatten().tolist():
+                i = int(active[j])
+                finished[i] = _finish_row(rows[i], tokens[i], logprobs[i], max_tokens[i], stop_ids, keys, values, j,
+                                          width)
+            keep = (~done).nonzero().flatten()
+            keys, values = _keep_rows(keys, keep, width + t), _keep_rows(values, keep, width + t)
+            mask, positions, limits, tok = mask[keep], positions[keep], limits[keep], tok[keep]
+            groups, active, done = _keep_group_rows(groups, keep, len(done)), active[keep], done[keep]
         mask[:, width + t] = 1
+        cache = Cache(layers=[BufferLayer(k, v, width + t) for k, v in zip(keys, values)])
+        extra = {PREFIX_KWARG: groups} if groups else {}
         out = model(input_ids=tok[:, None], attention_mask=mask[:, : width + t + 1], position_ids=positions,
                     past_key_values=cache, use_cache=True, **extra)
         logits = out.logits[:, -1].float()
         positions = positions + 1
-    result = _split_rows(rows, keys, values, width, torch.stack(out_tokens, 1), torch.stack(out_lp, 1),
-                         max_tokens, stop_ids, computed=len(out_tokens) - 1)
-    result.steps = len(out_tokens)
-    return result
-
-
-def _split_rows(rows: list[Entry], keys: list[torch.Tensor], values: list[torch.Tensor], width: int,
-                tokens: torch.Tensor, logprobs: torch.Tensor, max_tokens: list[int], stop_ids: set[int],
-                computed: int) -> DecodeResult:
-    """Cut each row at its stop id or limit; ``computed`` generated positions have key/values,
-    which become a chain link extending the row's entry."""
-    result = DecodeResult([], [], [], [])
-    for i, row in enumerate(rows):
-        seq = tokens[i].tolist()[: max_tokens[i]]
-        end = next((j + 1 for j, t in enumerate(seq) if t in stop_ids), None)
-        seq = seq[:end] if end is not None else seq
+    for j, i in enumerate(active.tolist()):
+        finished[i] = _finish_row(rows[i], tokens[i], logprobs[i], max_tokens[i], stop_ids, keys, values, j, width)
+    for seq, lps, stopped, entry in finished:
         result.tokens.append(seq)
-        result.logprobs.append(logprobs[i, : len(seq)].tolist())
-        result.stopped.append(end is not None)
-        kept = min(len(seq) - 1, computed)  # the last token was sampled but never fed back
-        ids = torch.cat([row.tokens, torch.tensor(seq[:kept], dtype=torch.long)])
-        result.entries.append(Entry(ids, [k[i, :, width:width + kept].clone() for k in keys],
-                                    [v[i, :, width:width + kept].clone() for v in values], parent=row,
-                                    start=len(row)))
+        result.logprobs.append(lps)
+        result.stopped.append(stopped)
+        result.entries.append(entry)
     return result
+
+
+def _finish_row(row: Entry, tokens: torch.Tensor, logprobs: torch.Tensor, max_tokens: int, stop_ids: set[int],
+                keys: list[torch.Tensor], values: list[torch.Tensor], j: int, width: int
+                ) -> tuple[list[int], list[float], bool, Entry]:
+    """A row's tokens cut at its stop id or limit, their log-probs, whether a stop id ended it, and
+    the entry extending ``row`` with the key/values of batch row ``j``'s generated positions: all
+    its tokens but the last, which was sampled and never fed back."""
+    seq = tokens.tolist()[:max_tokens]
+    end = next((n + 1 for n, t in enumerate(seq) if t in stop_ids), None)
+    seq = seq[:end] if end is not None else seq
+    kept = len(seq) - 1
+    ids = torch.cat([row.tokens, torch.tensor(seq[:kept], dtype=torch.long)])
+    entry = Entry(ids, [k[j, :, width:width + kept].clone() for k in keys],
+                  [v[j, :, width:width + kept].clone() for v in values], parent=row, start=len(row))
+    return seq, logprobs[: len(seq)].tolist(), end is not None, entry
+
+
+def _keep_rows(buffers: list[torch.Tensor], keep: torch.Tensor, used: int) -> list[torch.Tensor]:
+    """Buffers (B, H, capacity, D) cut to the batch rows ``keep``; only the ``used`` positions are
+    copied (the rest is written by the steps to come before any mask lets it be read)."""
+    kept = []
+    for buf in buffers:
+        out = torch.empty((len(keep), *buf.shape[1:]), dtype=buf.dtype, device=buf.device)
+        out[:, :, :used] = buf[keep, :, :used]
+        kept.append(out)
+    return kept
+
+
+def _keep_group_rows(groups: list[PrefixGroup], keep: torch.Tensor, batch: int) -> list[PrefixGroup]:
+    """The prefix groups over the batch rows ``keep`` (ascending), renumbered; empty ones dropped."""
+    new_index = torch.full((batch,), -1, dtype=torch.long, device=keep.device)
+    new_index[keep] = torch.arange(len(keep), device=keep.device)
+    kept = []
+    for group in groups:
+        rows = new_index[group.rows]
+        rows = rows[rows >= 0]
+        if len(rows):
+            kept.append(PrefixGroup(rows, group.keys, group.values))
+    return kept

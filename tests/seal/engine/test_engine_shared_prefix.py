@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seal.engine import attention
+from seal.engine import attention, kv_engine
 from seal.engine.attention import PrefixGroup, prefix_attention, server_attention_for
 from seal.engine.hf_server import HFServerManager
 from seal.engine.kv_cache import Entry, KVShape
@@ -187,6 +187,35 @@ def test_decode_with_groups_equals_the_plain_path() -> None:
         assert torch.allclose(torch.tensor(a), torch.tensor(b), atol=1e-5)
     for row, entry in zip(entries, outs[0].entries):
         assert entry.parent is row and entry.start == len(row)
+
+
+@pytest.mark.parametrize("min_shared", [8, 0])
+def test_dropping_finished_rows_changes_no_row(min_shared: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows that stop early leave the decode batch (fewer row-steps); every row's tokens, log-probs
+    and stored key/values equal those of a batch that carries its finished rows to the end."""
+    model = tiny_model().eval()
+    shape = KVShape.of(model.config, torch.float32)
+    prompt = list(range(3, 50))
+    greedy = (lambda lg: lg.argmax(-1), lambda lg, t: torch.log_softmax(lg, -1).gather(1, t[:, None])[:, 0])
+    outs = []
+    with torch.no_grad(), server_attention_for(model):
+        root, _ = prefill(model, shape, prompt, None, 0)
+        items = [PrefillItem(prompt + [60 + i] * (i + 1), root, len(prompt)) for i in range(4)]
+        items.append(PrefillItem([7, 8, 9], None, 0))  # in no group
+        rows = prefill_padded(model, shape, items, min_shared)
+        entries, first = [e for e, _ in rows], torch.stack([lg for _, lg in rows])
+        for share in (kv_engine.DROP_FINISHED_SHARE, 2.0):  # 2.0: never drop
+            monkeypatch.setattr(kv_engine, "DROP_FINISHED_SHARE", share)
+            outs.append(decode(model, shape, entries, first, [2, 9, 4, 9, 3], *greedy, set(), 0, min_shared))
+    dropped, carried = outs
+    assert carried.row_steps == 5 * carried.steps and dropped.row_steps < carried.row_steps
+    assert dropped.tokens == carried.tokens and [len(t) for t in dropped.tokens] == [2, 9, 4, 9, 3]
+    for a, b in zip(dropped.logprobs, carried.logprobs):
+        assert torch.allclose(torch.tensor(a), torch.tensor(b), atol=1e-5)
+    for a, b in zip(dropped.entries, carried.entries):
+        assert torch.equal(a.tokens, b.tokens) and a.parent is b.parent and a.start == b.start
+        for x, y in zip(a.keys + a.values, b.keys + b.values):
+            assert x.shape == y.shape and torch.allclose(x, y, atol=1e-5)
 
 
 @pytest.mark.parametrize("autocast", [None, torch.bfloat16])
