@@ -21,11 +21,8 @@ def _has_cuda() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # The Ray tests are the longest (minutes each) and run in one worker: start them first, so
-    # the other worker takes the rest of the suite meanwhile.
-    for item in items:
-        if item.get_closest_marker("ray"):
-            item.add_marker(pytest.mark.xdist_group("ray"))
+    # The Ray tests take minutes each: start them first, so that the other pytest-xdist worker
+    # takes the rest of the suite meanwhile.
     items.sort(key=lambda item: item.get_closest_marker("ray") is None)
     gpu_items = [item for item in items if "gpu" in item.keywords]
     if not gpu_items or _has_cuda():  # import torch only when a GPU test was collected

@@ -180,30 +180,3 @@ def test_the_smoke_script_runs_its_steps_resume_and_checks_on_cpu(tmp_path):
     timings = (logs / "smoke_timings.txt").read_text()
     assert "train: wall" in timings and "resume: wall" in timings and "step 3: step:" in timings
     assert "PASS  diagnosis state carried across the resume" in (logs / "smoke.log").read_text()
-
-
-@pytest.mark.slow
-@pytest.mark.ray
-def test_the_cpu_smoke_runs_verls_own_fit_under_ray(tmp_path):
-    """``--cpu``: the verl backend as one program on this machine (exp/verl_cpu.yaml with a tiny
-    model): a real local Ray cluster, verl's RayPPOTrainer.fit with the FSDP2 actor and reference
-    worker on gloo, the agent-loop worker playing the seal agent loop against the HTTP service,
-    the seal_cpu rollout replica; validation, two steps with a checkpoint each, a resume for the
-    third, and every output check PASS."""
-    if not (MODEL_DIR / "tokenizer.json").is_file():
-        pytest.skip("models/SmolLM2-135M-Instruct is not installed (run install.sh)")
-    logs = tmp_path / "logs"
-    model = _tiny_model(tmp_path / "tiny_model")
-    done = _run(["--cpu", "--name", "smoke", "--out", str(logs), "--port", str(_free_port()), "--model", str(model)],
-                tmp_path, timeout=1200)
-    out = done.stdout + done.stderr
-    assert done.returncode == 0, out[-6000:]
-    results = [line for line in done.stdout.splitlines() if line.startswith(("PASS  ", "FAIL  "))]
-    assert results and all(line.startswith("PASS  ") for line in results), "\n".join(results)
-    names = {line[6:].split(":")[0] for line in results}
-    assert {"validation log step 0", "validation log step 2", "validation log step 3", "capability state",
-            "checkpoint step 1", "checkpoint step 2", "checkpoint step 3", "resume tracker"} <= names, names
-    train_log = (logs / "smoke_train.log").read_text()
-    assert "Started a local Ray instance" in train_log and "verl on the CPU platform" in train_log
-    exp = tmp_path / "experiments" / "smoke"
-    assert (exp / "checkpoints" / "global_step_3" / "actor").is_dir()

@@ -1,6 +1,10 @@
-"""Faults under Ray, on the verl backend's CPU platform (exp/verl_cpu.yaml with a tiny model).
+"""verl's own trainer under a real local Ray cluster, on the verl backend's CPU platform
+(exp/verl_cpu.yaml with a tiny model): the GPU smoke script's whole path with ``--cpu``, and faults.
 
-One run meets both faults, then a resume finishes it:
+These tests share one file so that pytest-xdist (``--dist loadfile``) runs them one after another:
+two verl runs at once would split the two cores between their Ray clusters.
+
+The fault test: one run meets both faults, then a resume finishes it:
 
 1. the environment service is killed while step 2 plays its episodes: the step completes with
    those episodes excluded and counted (``seal/env_faults``), its update skipped and counted,
@@ -22,8 +26,9 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
-from test_gpu_smoke import MODEL_DIR, _free_port, _tiny_model
+from test_gpu_smoke import MODEL_DIR, _free_port, _run, _tiny_model
 
 from seal.config import REPO_ROOT
 
@@ -73,6 +78,21 @@ def _wait_for(condition, proc: subprocess.Popen, what: str, timeout: float = 600
         time.sleep(0.2)
 
 
+def _kill_verl_worker(run: subprocess.Popen) -> None:
+    """SIGKILL verl's actor worker of this run: a process of the run's own Ray cluster (the
+    launcher starts it, so its workers descend from the launcher), never another run's."""
+    workers = []
+    for proc in psutil.Process(run.pid).children(recursive=True):
+        try:
+            if "ray::WorkerDict" in " ".join(proc.cmdline()):
+                workers.append(proc)
+        except psutil.Error:
+            pass
+    assert workers, "no verl worker process of this run to kill"
+    for proc in workers:
+        proc.kill()
+
+
 def _steps(log: Path) -> dict[int, dict[str, float]]:
     """Each logged step's metrics, from the run's file logger (see :func:`_launch`)."""
     path = log.with_suffix(".jsonl")
@@ -103,8 +123,7 @@ def test_a_killed_service_and_a_killed_ray_worker_lose_no_step(tmp_path: Path) -
         # Step 2's record is written after everything step 2 does with the workers (its checkpoint,
         # the weight sync); step 3 needs the actor worker again before its own checkpoint.
         _wait_for(lambda: 2 in _steps(tmp_path / "run.log"), run, "step 2's metrics")
-        worker = subprocess.run(["pkill", "-9", "-f", "ray::WorkerDict"], capture_output=True)
-        assert worker.returncode == 0, "no verl worker process to kill"
+        _kill_verl_worker(run)
         service = _start_service(port, service_log)  # for the resume
         _, stderr = run.communicate(timeout=300)
         assert run.returncode == 1, stderr[-3000:]
@@ -127,3 +146,30 @@ def test_a_killed_service_and_a_killed_ray_worker_lose_no_step(tmp_path: Path) -
         assert _tracker(exp) == 3
     finally:
         _stop(service)
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_the_cpu_smoke_runs_verls_own_fit_under_ray(tmp_path):
+    """``--cpu``: the verl backend as one program on this machine (exp/verl_cpu.yaml with a tiny
+    model): a real local Ray cluster, verl's RayPPOTrainer.fit with the FSDP2 actor and reference
+    worker on gloo, the agent-loop worker playing the seal agent loop against the HTTP service,
+    the seal_cpu rollout replica; validation, two steps with a checkpoint each, a resume for the
+    third, and every output check PASS."""
+    if not (MODEL_DIR / "tokenizer.json").is_file():
+        pytest.skip("models/SmolLM2-135M-Instruct is not installed (run install.sh)")
+    logs = tmp_path / "logs"
+    model = _tiny_model(tmp_path / "tiny_model")
+    done = _run(["--cpu", "--name", "smoke", "--out", str(logs), "--port", str(_free_port()), "--model", str(model)],
+                tmp_path, timeout=1200)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-6000:]
+    results = [line for line in done.stdout.splitlines() if line.startswith(("PASS  ", "FAIL  "))]
+    assert results and all(line.startswith("PASS  ") for line in results), "\n".join(results)
+    names = {line[6:].split(":")[0] for line in results}
+    assert {"validation log step 0", "validation log step 2", "validation log step 3", "capability state",
+            "checkpoint step 1", "checkpoint step 2", "checkpoint step 3", "resume tracker"} <= names, names
+    train_log = (logs / "smoke_train.log").read_text()
+    assert "Started a local Ray instance" in train_log and "verl on the CPU platform" in train_log
+    exp = tmp_path / "experiments" / "smoke"
+    assert (exp / "checkpoints" / "global_step_3" / "actor").is_dir()
