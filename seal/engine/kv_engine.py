@@ -290,6 +290,7 @@ def decode(model: Model, shape: KVShape, rows: list[Entry], first_logits: torch.
     finished: list[tuple[list[int], list[float], bool, Entry] | None] = [None] * b
     result = DecodeResult([], [], [], [])
     logits = first_logits
+    cache = Cache(layers=[BufferLayer(k, v, width) for k, v in zip(keys, values)])
     for t in range(steps):
         tok = torch.where(done, torch.full_like(limits, pad_id), choose(logits))
         tokens[active, t], logprobs[active, t] = tok, logprob_of(logits, tok)
@@ -306,8 +307,8 @@ def decode(model: Model, shape: KVShape, rows: list[Entry], first_logits: torch.
             keys, values = _keep_rows(keys, keep, width + t), _keep_rows(values, keep, width + t)
             mask, positions, limits, tok = mask[keep], positions[keep], limits[keep], tok[keep]
             groups, active, done = _keep_group_rows(groups, keep, len(done)), active[keep], done[keep]
+            cache = Cache(layers=[BufferLayer(k, v, width + t) for k, v in zip(keys, values)])
         mask[:, width + t] = 1
-        cache = Cache(layers=[BufferLayer(k, v, width + t) for k, v in zip(keys, values)])
         extra = {PREFIX_KWARG: groups} if groups else {}
         out = model(input_ids=tok[:, None], attention_mask=mask[:, : width + t + 1], position_ids=positions,
                     past_key_values=cache, use_cache=True, **extra)
@@ -315,11 +316,7 @@ def decode(model: Model, shape: KVShape, rows: list[Entry], first_logits: torch.
         positions = positions + 1
     for j, i in enumerate(active.tolist()):
         finished[i] = _finish_row(rows[i], tokens[i], logprobs[i], max_tokens[i], stop_ids, keys, values, j, width)
-    for seq, lps, stopped, entry in finished:
-        result.tokens.append(seq)
-        result.logprobs.append(lps)
-        result.stopped.append(stopped)
-        result.entries.append(entry)
+    result.tokens, result.logprobs, result.stopped, result.entries = map(list, zip(*finished))
     return result
 
 
