@@ -10,12 +10,12 @@ Errors: :class:`EnvServiceError` means the request itself is wrong (a 4xx: do no
 :class:`EnvUnavailableError` means the environment failed (connection refused, timeout, 503, other
 5xx): the caller may retry the episode once and then count an environment fault.
 
-Every call has an awaitable twin (``acreate``, ``astep``, ``aevaluate``, ``aget_info``, ``arelease``,
-``aget_env_profile``) for asyncio callers such as an agent loop; it runs the same request.
+The episode calls have awaitable twins (``acreate``, ``astep``, ``aevaluate``, ``arelease``) for
+asyncio callers such as an agent loop; each runs the same request.
 
 Retries: only idempotent calls (``evaluate``, ``get_info``, ``release``, ``get_env_profile``,
-``metrics``) are retried on unavailability (``healthz`` is a probe: one try, never raises). ``create`` and ``step`` change
-state, so they are re-sent only when the connection could not even be opened (nothing was sent).
+``metrics``) are retried on unavailability (``healthz`` is a probe: one try, never raises). ``create`` and ``step``
+change state, so they are re-sent only when the connection could not even be opened (nothing was sent).
 
 Several URLs (replicas): an episode sticks to the replica chosen by a hash of its instance id, so every
 call of an episode reaches the process that owns it. ``create`` picks the instance id client-side when
@@ -25,6 +25,7 @@ none is given, so the choice is known before the first request.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import ssl
 import threading
 import time
@@ -83,9 +84,6 @@ def _error_for(status: int, code: str, message: str, url: str = "") -> EnvError:
     return cls(message, status=status, code=code, url=url)
 
 
-# --------------------------------------------------------------------------- transports
-
-
 class _HttpTransport:
     """JSON over HTTP against one of several base URLs; retries for idempotent calls.
 
@@ -135,33 +133,28 @@ class _HttpTransport:
     def _shard(self, key: str | None) -> int:
         return (self._hash(key) // len(self.urls)) % self._shards
 
-    def _should_retry(self, err: EnvUnavailableError, idempotent: bool, attempt: int) -> bool:
-        # Non-idempotent calls are re-sent only if nothing reached the service.
-        return (idempotent or err.code == "connect") and attempt < self.retries
+    def _retry_delay(self, err: EnvUnavailableError, idempotent: bool, attempt: int) -> float:
+        """Seconds to wait before re-sending after failed try ``attempt`` (from 0); re-raises ``err`` when
+        the call must not be re-sent: non-idempotent calls are re-sent only if nothing reached the service."""
+        if not ((idempotent or err.code == "connect") and attempt < self.retries):
+            raise err
+        return self.backoff_s * 2 ** attempt
 
     def request(self, method: str, path: str, body: dict | None, *, key: str | None, idempotent: bool) -> Any:
         url, shard = self.url_for(key) + path, self._shard(key)
-        attempt = 0
-        while True:
+        for attempt in itertools.count():
             try:
                 return self._once(method, url, body, shard)
             except EnvUnavailableError as err:
-                if not self._should_retry(err, idempotent, attempt):
-                    raise
-            attempt += 1
-            time.sleep(self.backoff_s * 2 ** (attempt - 1))
+                time.sleep(self._retry_delay(err, idempotent, attempt))
 
     async def arequest(self, method: str, path: str, body: dict | None, *, key: str | None, idempotent: bool) -> Any:
         url, shard = self.url_for(key) + path, self._shard(key)
-        attempt = 0
-        while True:
+        for attempt in itertools.count():
             try:
                 return await self._aonce(method, url, body, shard)
             except EnvUnavailableError as err:
-                if not self._should_retry(err, idempotent, attempt):
-                    raise
-            attempt += 1
-            await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
+                await asyncio.sleep(self._retry_delay(err, idempotent, attempt))
 
     def _once(self, method: str, url: str, body: dict | None, shard: int = 0) -> Any:
         try:
@@ -251,9 +244,6 @@ class _Call:
     convert: Callable[[Any], Any]
 
 
-# --------------------------------------------------------------------------- the client
-
-
 class EnvClient:
     """Client of the environment service; see the module docstring for errors and retries."""
 
@@ -289,8 +279,6 @@ class EnvClient:
     def service(self) -> Any:
         """The in-process :class:`EnvService` (``None`` for an HTTP client)."""
         return self._local.service if self._local is not None else None
-
-    # ------------------------------------------------------------------ plumbing
 
     def _call(self, call: _Call) -> Any:
         if self._local is not None:
@@ -346,8 +334,6 @@ class EnvClient:
         req = self._request(schemas.ProfileRequest, split=split)
         return _Call("profile", req, schemas.ProfileResponse, None, True, lambda out: out.task_ids)
 
-    # ------------------------------------------------------------------ API (sync)
-
     def healthz(self) -> bool:
         """True when the service answers and at least one worker is up (never raises, never retries)."""
         if self._local is not None:
@@ -386,8 +372,6 @@ class EnvClient:
             return self._local.service.metrics().model_dump(mode="json")
         return self._http.request("GET", "/metrics", None, key=None, idempotent=True)
 
-    # ------------------------------------------------------------------ API (async: same calls, awaitable)
-
     async def acreate(self, task_id: str, params: dict | None = None, instance_id: str | None = None) -> CreateResult:
         return await self._acall(self._create_call(task_id, params, instance_id))
 
@@ -397,16 +381,8 @@ class EnvClient:
     async def aevaluate(self, instance_id: str, sparse: bool = False) -> float | dict:
         return await self._acall(self._evaluate_call(instance_id, sparse))
 
-    async def aget_info(self, instance_id: str) -> Any:
-        return await self._acall(self._info_call(instance_id))
-
     async def arelease(self, instance_id: str) -> bool:
         return await self._acall(self._release_call(instance_id))
-
-    async def aget_env_profile(self, split: str = "train") -> list[str]:
-        return await self._acall(self._profile_call(split))
-
-    # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
         """Close connections (and stop the in-process service). Call :meth:`aclose` first if async was used."""

@@ -59,9 +59,6 @@ class InlineBackend:
     def generation(self, slot: int) -> int:
         return 0
 
-    def pids(self) -> list[int]:
-        return [os.getpid()]
-
     async def call(self, slot: int, op: str, instance_id: str, payload: dict) -> Any:
         if self._host is None:
             raise OpError("unavailable", "the environment service is not running")

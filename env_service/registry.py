@@ -22,12 +22,9 @@ calls :func:`env_service.kit.register_tool_environment`, which fills every field
 Its per-episode parameters live in the experiment config under ``env_service.<name>``;
 ``env_service.env`` names the environment.
 
-The environments shipped with the project are listed in :data:`BUILTIN`; their package is
-imported the first time their name is asked for, so naming an environment costs nothing until
-it is used. Any other environment lives in a module of its own that registers it when imported:
-``seal.plugins`` in the experiment config (the trainers, ``seal eval --conf``, the in-process
-client and the service the launcher starts) or ``--plugin`` of ``python -m env_service`` imports
-it before any environment name is read.
+The environments shipped with the project (:data:`BUILTIN`) are imported the first time their name is
+asked for. Any other registers itself when its module is imported, which ``seal.plugins`` in the
+experiment config or ``--plugin`` of ``python -m env_service`` does before any environment name is read.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
-"""Request and response models of the environment service.
+"""Request and response models of the environment service (the two route families, the statuses and
+the nesting limit: :mod:`env_service.app`).
 
-Two families of routes share one implementation (``env_service.service.EnvService``):
-
-* the release-compatible routes (``/create``, ``/step``, ...): every POST body is a
-  :class:`ServiceRequest` ``{env_type, task_id?, instance_id?, messages, params}`` and every answer is
-  the envelope ``{"success": true, "data": ...}``, so a client written for the SEAL release works
-  unchanged;
-* the typed ``/v1/...`` routes: one request/response pair per route, each response carrying
-  ``protocol_version``. :class:`env_service.client.EnvClient` speaks these.
-
-Errors on both families are an :class:`ErrorResponse` with a one-line ``detail`` (the statuses:
-:mod:`env_service.app`).
-
-Nesting: a request body whose objects and lists nest deeper than :data:`MAX_NESTING` levels (the
-body itself is level 1) is refused with 413 before it is validated or forwarded, so no deep value
-ever reaches the worker pipe's pickling or an episode (legitimate bodies nest fewer than 10 levels).
+The release-compatible routes take one :class:`ServiceRequest` and answer an :class:`Envelope`; each
+typed ``/v1/...`` route has its own request/response pair (responses carry ``protocol_version``).
+Refusing bodies nested past :data:`MAX_NESTING` keeps deep values away from the worker pipe's pickling
+and the episodes (legitimate bodies nest fewer than 10 levels).
 """
 
 from __future__ import annotations
@@ -54,9 +44,6 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-# --------------------------------------------------------------------------- release-compatible
-
-
 class ServiceRequest(BaseModel):
     """The release's single request body. Unknown top-level keys are ignored, as the release did."""
 
@@ -87,9 +74,6 @@ class ErrorResponse(BaseModel):
     detail: str
     error: ErrorBody
     protocol_version: str = PROTOCOL_VERSION
-
-
-# --------------------------------------------------------------------------- typed /v1 routes
 
 
 class _Versioned(BaseModel):

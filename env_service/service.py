@@ -157,8 +157,6 @@ class EnvService:
         self._started_at = time.monotonic()
         self.running = False
 
-    # ------------------------------------------------------------------ lifecycle
-
     async def start(self) -> None:
         await self.backend.start()
         self._reaper = asyncio.create_task(self._reap_forever(), name="env-reaper")
@@ -170,8 +168,6 @@ class EnvService:
         if self._reaper is not None:
             self._reaper.cancel()
         await self.backend.stop()
-
-    # ------------------------------------------------------------------ registry
 
     def _forget(self, instance_id: str, code: str, message: str) -> None:
         inst = self._instances.pop(instance_id, None)
@@ -213,8 +209,6 @@ class EnvService:
         finally:
             inst.inflight -= 1
             inst.last_used = time.monotonic()
-
-    # ------------------------------------------------------------------ operations
 
     async def create(self, task_id: str, params: dict | None = None,
                      instance_id: str | None = None) -> tuple[str, list[dict], dict]:
@@ -306,9 +300,8 @@ class EnvService:
             self._profiles[split] = list(await asyncio.to_thread(load_split, split))
         return list(self._profiles[split])
 
-    # ------------------------------------------------------------------ typed (/v1) operations
-    # The /v1 routes and the in-process client both call these, so both give the same answers.
-
+    # The typed (/v1) operations: the /v1 routes and the in-process client both call these, so both give
+    # the same answers.
     async def v1_create(self, req: schemas.CreateRequest) -> schemas.CreateResponse:
         instance_id, messages, info = await self.create(req.task_id, req.params, req.instance_id)
         return schemas.CreateResponse(instance_id=instance_id, messages=messages, info=info)
@@ -332,8 +325,6 @@ class EnvService:
 
     async def v1_profile(self, req: schemas.ProfileRequest) -> schemas.ProfileResponse:
         return schemas.ProfileResponse(split=req.split, task_ids=await self.env_profile(req.split))
-
-    # ------------------------------------------------------------------ reaper
 
     async def _reap_forever(self) -> None:
         while True:
@@ -361,8 +352,6 @@ class EnvService:
             logger.info("reaped %d idle instances", len(stale))
         return len(stale)
 
-    # ------------------------------------------------------------------ health and metrics
-
     def count_error(self, code: str) -> None:
         self._counters.errors[code] = self._counters.errors.get(code, 0) + 1
 
@@ -383,8 +372,3 @@ class EnvService:
             created_total=c.created, released_total=c.released, reaped_total=c.reaped, lost_total=c.lost,
             steps_total=c.steps, rejected_over_cap_total=c.rejected_over_cap, errors_total=dict(c.errors),
             latency=self.latency.summary())
-
-    def pids(self) -> list[int]:
-        """Service process first, then the worker processes (for RSS accounting)."""
-        own = os.getpid()
-        return [own] + [p for p in self.backend.pids() if p != own]

@@ -1,9 +1,6 @@
-"""Call strings: ``name(k=literal, ...)``, the form tool calls take everywhere after parsing.
-
-:func:`parse_call` reads one with :mod:`ast`: exactly one call of a bare, public name with literal
-arguments only (``ast.literal_eval`` on each argument node; a sign may precede a number). Nothing
-is ever ``eval``-ed. :func:`call_to_string` writes one from a parsed tool call (BFCL's FC decoding),
-so the calls a model made can be replayed, checked and exported as text.
+"""Call strings: ``name(k=literal, ...)``, the form tool calls take everywhere after parsing, so the calls
+a model made can be replayed, checked and exported as text. :func:`parse_call` reads one (with
+:mod:`ast`, never ``eval``); :func:`call_to_string` writes one.
 """
 
 from __future__ import annotations

@@ -1,31 +1,10 @@
 """The kit's episode: the protocol loop, with the environment's world, parsing, check and hooks.
 
-Protocol (the release's BFCL protocol, so the same episode runner, prompt formats and interface apply
-to every environment):
-
-* ``reset()`` -> ``[system, first user message]``: the offered tool docs in the system prompt of
-  ``prompt_mode`` (:mod:`~env_service.kit.prompts`), plus the interface's system blocks.
-* ``step(text)``:
-  - the message's calls are parsed (:meth:`ToolEpisode.parse`; strict: one error refuses them all). A
-    refused message, or one calling a tool that is not offered (``enforce_available_tools``) or whose
-    names are not identifiers, answers ``[ERROR] Invalid tool call format: <reason>`` (plus recovery
-    hints when the interface enables them) and the turn goes on; with ``terminate_on_parse_error``
-    the episode ends instead, scored 0;
-  - otherwise the calls run on this episode's world, within the step's time budget, and come back
-    as ``<tool_response>`` blocks (or bare, per ``tool_result_mode``), each result cut to
-    ``max_tool_result_chars`` and the observation to ``max_observation_chars``; a failed call (the
-    world's declared rule, :attr:`~env_service.kit.tools.ToolResult.failed`) gets the recovery hint;
-  - a message without calls ends the turn: the next turn's message (:meth:`ToolEpisode.turn_message`),
-    or ``[CONVERSATION_COMPLETED]`` after the last turn or when :meth:`ToolEpisode.stop_after_turn`
-    gives a reason;
-  - a turn with more tool-calling steps than ``max_steps_per_turn`` ends the episode.
-* ``evaluate(sparse)``: the per-turn check (:meth:`ToolEpisode.check_turns`) of :attr:`ToolEpisode.model_turns`,
-  judged turn by turn (:meth:`ToolEpisode.judge_turn`) into the evaluation
-  (:func:`~env_service.kit.evaluation.build_evaluation`), plus the episode's own fields.
-
-Interface evolution (:class:`seal_shared.interface.EpisodeInterface`, built from the params' blocks) is
-applied here: observation hints on the tool docs and the system blocks at ``reset``, recovery hints
-after a refused message and after each failed call.
+The protocol is the release's BFCL protocol, so the same episode runner, prompt formats and interface
+apply to every environment; ``docs/extending.md`` ("The contract") states it, its hooks and each
+step's ``info``. Interface evolution (:class:`seal_shared.interface.EpisodeInterface`, built from the
+params' blocks) is applied here: observation hints on the tool docs and the system blocks at
+``reset``, recovery hints after a refused message and after each failed call.
 
 An episode is not thread-safe: one caller drives it at a time. It shares nothing mutable with other
 episodes (the task's data is read-only; its world is its own).
@@ -101,7 +80,7 @@ def truncate(text: str, limit: int, what: str, param: str) -> str:
 
 
 class ToolEpisode:
-    """One rollout of one task (see the module docstring). An environment subclasses it and gives
+    """One rollout of one task (the protocol: ``docs/extending.md``). An environment subclasses it and gives
     :meth:`start` (its world); every other hook has a default.
 
     The class attributes fix the protocol's choices: the call syntax of :meth:`parse` and the recovery

@@ -3,17 +3,9 @@
 An environment's per-turn check gives one :class:`TurnCheck` per ground-truth turn: the
 :class:`seal_shared.tags.TurnEvidence` the tag rules read, and the error texts of the model's refused
 calls. :func:`build_evaluation` turns them into the ``evaluate(sparse=False)`` dict, with the keys
-and meanings of the BFCL checker's (``seal.episode.Evaluation.from_wire`` reads it):
-
-* one tag per ground-truth turn, from :func:`seal_shared.tags.classify_turn` (so a research tag
-  registered by a plug-in applies here too);
-* the episode's verdict: ``multi_turn:force_terminated`` when the model played another number of
-  turns than the ground truth has, else the first turn the judge fails (:func:`turn_failure`, or
-  an environment's own rule: the episode's ``judge_turn``), as a :class:`TurnVerdict`;
-* per-turn validity (``evidence.passed``; ``None`` on a turn whose right move is no call),
-  irrelevance (such a turn: did the model abstain), pass counts and progress.
-
-:func:`replay_turns` is the default per-turn check, for a world with a public ``state()``.
+and meanings of the BFCL checker's (each key, and how the tags and the verdict are chosen:
+``docs/extending.md``). :func:`replay_turns` is the default per-turn check, for a world with a public
+``state()``.
 """
 
 from __future__ import annotations
@@ -110,8 +102,10 @@ def _default_judge(check: TurnCheck, index: int) -> TurnVerdict | None:
 def build_evaluation(checks: Sequence[TurnCheck], *, played_turns: int,
                      judge: Callable[[TurnCheck, int], tuple[Any, ...] | None] = _default_judge) -> dict[str, Any]:
     """The evaluation dict of an episode whose model played ``played_turns`` user turns, from one
-    check per ground-truth turn (see the module docstring); ``judge(check, index)`` is the per-turn
-    verdict rule (default: :func:`turn_failure` on the check's evidence)."""
+    check per ground-truth turn: one tag per turn (:func:`seal_shared.tags.classify_turn`, so a tag a
+    plug-in registers applies too) and the verdict, ``multi_turn:force_terminated`` when the model played
+    another number of turns, else the first turn that ``judge(check, index)`` fails (default:
+    :func:`turn_failure` on the check's evidence)."""
     terminated_early = played_turns != len(checks)
     verdict: TurnVerdict | None = None
     if terminated_early:

@@ -1,13 +1,6 @@
-"""Turning assistant text into tool calls, one parser per tool-call format (``tool_call_parser``).
-
-* ``xml_json`` (default; the release's strict Qwen mode): ``<tool_call>{"name": ..., "arguments":
-  {...}}</tool_call>`` blocks.
-* ``python_list`` (the release's ``toolace_fc``): a Python call list ``[f(a=1), g(b='x')]``
-  anywhere in the message, or a bare ``f(a=1)``, parsed with :mod:`ast`: literal keyword
-  arguments only, never evaluated. JSON call objects are accepted too, as the release does.
-* ``llama3_json`` (the release's ``llama31_official_fc``): raw JSON (``{"name": ...,
-  "parameters": {...}}``, a list of such objects, one per line, or ``;``-separated); Python
-  literal spellings (``True``/``None``) are read with ``ast.literal_eval``.
+"""Turning assistant text into tool calls, one parser per tool-call format (``tool_call_parser``):
+``xml_json`` (default), ``python_list`` and ``llama3_json``, each described by its ``parse_*`` function.
+Nothing is ever evaluated: Python syntax is read with :mod:`ast` and literals only.
 
 In strict mode any error rejects *all* calls of the message. Every mode returns a
 :class:`ParseResult`; a message without any tool-call syntax is plain text (no calls, no error),
@@ -100,10 +93,8 @@ def _nested_deeper_than(value: Any, limit: int) -> bool:
         item, depth = stack.pop()
         if depth > limit:
             return True
-        if isinstance(item, dict):
-            stack.extend((v, depth + 1) for v in item.values())
-        elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item)
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        stack.extend((v, depth + 1) for v in children)
     return False
 
 
@@ -142,7 +133,7 @@ def _decode_error(raw: str, err: ValueError, flag_literals: bool) -> str:
 def parse_xml_json(text: str, *, strict: bool = True, reject_tool_call_with_content: bool = False,
                    flag_python_literals_in_tool_json: bool = False,
                    accept_parameters_as_arguments: bool = False) -> ParseResult:
-    """The release's ``xml_json`` parser (see the module docstring)."""
+    """The release's strict Qwen mode: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks."""
     matches = list(_TOOL_CALL_BLOCK.finditer(text))
     content = _BLANK_LINES.sub("\n", _TOOL_CALL_BLOCK.sub("", text)).strip()
     if not matches:
@@ -330,7 +321,8 @@ def _calls_from_objects(objs: list[Any], *, strict: bool) -> ParseResult:
 def parse_llama3_json(text: str, *, strict: bool = True, flag_python_literals_in_tool_json: bool = False
                       ) -> ParseResult:
     """The release's ``llama31_official_fc`` parser: raw JSON calls with ``name`` and ``parameters``
-    (``arguments`` also accepted): one object, a list, one per line, or ``;``-separated."""
+    (``arguments`` also accepted): one object, a list, one per line, or ``;``-separated. Python literal
+    spellings (``True``/``None``) are read with ``ast.literal_eval``."""
     body = _strip_fence(text).replace("<|python_tag|>", "").strip()
     if "<tool_call" in body or "</tool_call>" in body:
         errors = ["<tool_call> tags are not used in this format; reply with a bare JSON object "

@@ -1,18 +1,12 @@
 """Prompt and observation text of the kit's episodes, in the release's three prompt modes.
 
-* ``bfcl_qwen_fc`` (default): the system prompt is Qwen2.5's native tool preamble with the task's
-  BFCL func docs, one ``json.dumps(doc)`` per line inside ``<tools>``; tool results come back as
+* ``bfcl_qwen_fc`` (default): Qwen2.5's native tool preamble; tool results come back as
   ``<tool_response>`` blocks in a ``user`` message.
-* ``llama31_official_fc`` (Llama 3.1's own JSON function calling): a short ``Environment:
-  ipython`` system prompt; the instructions and the docs (indented JSON) go into the *user*
-  message, before the first query; calls are raw JSON; tool results come back bare, in an
-  ``ipython`` message.
-* ``toolace_fc`` (ToolACE's Python-list calls): the system prompt lists the docs as compact JSON
-  (``name``, ``description``, ``arguments``) inside ``<tools>``; calls are ``[f(a=1), g(b='x')]``;
-  tool results come back bare, in an ``ipython`` message.
+* ``llama31_official_fc`` (Llama 3.1's own JSON function calling) and ``toolace_fc`` (ToolACE's
+  Python-list calls): tool results come back bare, in an ``ipython`` message.
 
-Extra instruction blocks (interface evolution) follow the system prompt after a blank line, or,
-in ``llama31_official_fc``, sit between the docs and the query.
+Each ``render_*`` function says where its mode puts the docs and the extra instruction blocks
+(interface evolution).
 """
 
 from __future__ import annotations
@@ -87,7 +81,8 @@ def _with_blocks(prompt: str, extra_blocks: Iterable[str]) -> str:
 
 
 def render_system_prompt(tools: list[dict[str, Any]], extra_blocks: Iterable[str] = ()) -> str:
-    """The ``bfcl_qwen_fc`` system prompt for ``tools`` (BFCL func docs), plus extra blocks."""
+    """The ``bfcl_qwen_fc`` system prompt for ``tools`` (BFCL func docs, one ``json.dumps(doc)`` a line
+    inside ``<tools>``), plus extra blocks after a blank line."""
     lines = [_QWEN_TOOLS_HEADER, *(json.dumps(tool) for tool in tools), _QWEN_TOOLS_FOOTER]
     return _with_blocks("\n".join(lines), extra_blocks)
 
@@ -102,8 +97,9 @@ def render_toolace_system_prompt(tools: list[dict[str, Any]], extra_blocks: Iter
 
 
 def render_llama31_user_prompt(tools: list[dict[str, Any]], query: str, extra_blocks: Iterable[str] = ()) -> str:
-    """The ``llama31_official_fc`` first user message: instructions, each doc as indented JSON
-    followed by a blank line, the extra blocks (then a blank line), and the query."""
+    """The ``llama31_official_fc`` first user message (its system prompt is a short ``Environment:
+    ipython`` header): instructions, each doc as indented JSON followed by a blank line, the extra
+    blocks (then a blank line), and the query."""
     lines = list(_LLAMA31_INSTRUCTIONS)
     for tool in tools:
         lines += [json.dumps(tool, ensure_ascii=False, indent=4), ""]

@@ -1,12 +1,8 @@
-"""Tasks and the task store of a kit environment.
+"""Tasks and the task store of a kit environment, and :func:`ground_truth_replies` (a check that every
+task can pass).
 
-A :class:`Task` is what the kit's episode reads (the user message and the ground-truth call strings
-of each turn, the tool docs offered) plus its ``split`` and ``category``; an environment subclasses
-it for its own fields (a frozen, keyword-only dataclass: ``@dataclass(frozen=True, kw_only=True)``,
-each new field with a default or given by name). A :class:`TaskStore` holds every task by id, in
-file order, and answers the registry's questions (``get(id).category``, ``ids()``, ``in``) and the
-splits (the tasks' own, or the store's ``splits`` rule). :func:`ground_truth_replies` plays a task's
-ground truth (a check that every task can pass).
+An environment subclasses :class:`Task` for its own fields: it is a frozen, keyword-only dataclass
+(``@dataclass(frozen=True, kw_only=True)``), so each new field has a default or is given by name.
 """
 
 from __future__ import annotations

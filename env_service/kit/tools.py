@@ -6,11 +6,8 @@ the prompt shows, turned into BFCL-shaped JSON docs by :func:`tool_docs`. ``stat
 public state the per-turn check compares after every turn.
 
 :class:`ToolBox` holds one episode's instances (or one checker replay's) and runs call strings on
-them: each string is parsed by the project's safe call parser (literal arguments only, never
-``eval``), looked up among the instances' public methods, checked against the method's type hints
-and called. Its result is a :class:`ToolResult`: the text the model sees (JSON), why the call was
-refused before any tool ran (``error``), and whether the tool itself reported a failure
-(``tool_error``, by the box's declared rule: by default a returned ``{"error": ...}`` object).
+them: each is parsed by :func:`~env_service.kit.calls.parse_call`, looked up among the instances'
+public methods, checked against the method's type hints and called, into a :class:`ToolResult`.
 """
 
 from __future__ import annotations

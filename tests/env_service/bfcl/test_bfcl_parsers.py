@@ -27,6 +27,19 @@ def test_xml_json_nested_braces_and_no_calls():
     assert plain.ok and plain.calls == [] and plain.content == "All done, nothing else to do."
 
 
+def test_xml_json_arguments_past_the_depth_limit_are_refused():
+    # The arguments object is level 1 and every value inside counts: the innermost [] of 199 nested
+    # lists sits at level 200 (allowed), the 1 inside 199 nested objects at level 201 (refused).
+    def call(value: str) -> str:
+        return block('{"name": "f", "arguments": {"a": ' + value + "}}")
+
+    refused = ["the 'arguments' of 'f' are nested deeper than 200 levels"]
+    assert parse_tool_calls(call("[" * 199 + "]" * 199)).ok
+    assert parse_tool_calls(call("[" * 200 + "]" * 200)).errors == refused
+    assert parse_tool_calls(call('{"k": ' * 198 + "1" + "}" * 198)).ok
+    assert parse_tool_calls(call('{"k": ' * 199 + "1" + "}" * 199)).errors == refused
+
+
 def test_xml_json_tag_text_without_a_valid_block():
     r = parse_tool_calls("<tool_call>ls()</tool_call>")
     assert r.errors == [NO_VALID_BLOCK] and r.calls == []
