@@ -75,17 +75,16 @@ def nearest(word: str, candidates: Iterable[str]) -> str | None:
     return found[0] if found else None
 
 
-def nearest_key(key: str, tree: dict[str, Any] | None = None) -> str | None:
+def nearest_key(key: str) -> str | None:
     """The existing key closest to ``key``: a sibling first (same parent), then any key."""
-    tree = reference_tree() if tree is None else tree
-    keys = all_keys(tree)
+    keys = all_keys(reference_tree())
     parent = key.rpartition(".")[0]
     siblings = [k for k in keys if k.rpartition(".")[0] == parent]
     return nearest(key, siblings) or nearest(key, keys)
 
 
-def unknown_key_message(key: str, tree: dict[str, Any] | None = None) -> str:
-    near = nearest_key(key, tree)
+def unknown_key_message(key: str) -> str:
+    near = nearest_key(key)
     hint = f"did you mean {near}?" if near else "check the spelling against `seal config --show` and verl's ppo_trainer.yaml"
     return f"{key}: no such config key ({hint}; to add a new key on purpose, write +{key}=...)"
 
