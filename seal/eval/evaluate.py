@@ -123,7 +123,7 @@ def _to_record(state: EpisodeState, task_id: str, category: str | None, fault: B
 
 
 def _generation_dict(sampling: SamplingSettings, budget: RolloutSettings) -> dict[str, Any]:
-    out = sampling.to_dict()
+    out = asdict(sampling)
     out.update(max_llm_calls=budget.max_llm_calls, n=1, episode_budget=budget.episode_budget,
                max_model_len=budget.max_model_len, response_length=budget.response_length)
     return out

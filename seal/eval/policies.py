@@ -21,7 +21,7 @@ import re
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
 import httpx
@@ -47,9 +47,6 @@ class SamplingSettings:
             raise ValueError(f"sampling.top_p={self.top_p} must be in (0, 1]")
         if self.max_tokens < 1:
             raise ValueError(f"sampling.max_tokens={self.max_tokens} must be >= 1")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -218,11 +215,11 @@ class HFChatPolicy:
     concurrent callers are batched and each conversation's key/values are kept between its calls.
     The chat template gets no ``tools=``: the environment's system prompt already lists the tools.
     ``prefix_cache_tokens``: key/value positions kept (0 = no reuse); ``max_batch_tokens``: padded
-    prompt tokens per prefill forward; ``context_length`` defaults to the model's ``max_position_embeddings``.
+    prompt tokens per prefill forward. The context length is the model's ``max_position_embeddings``.
     """
 
     def __init__(self, model_path: str, *, device: str = "cpu", dtype: str = "auto", max_batch_size: int = 8,
-                 max_batch_tokens: int = 16384, batch_wait_s: float = 0.05, context_length: int | None = None,
+                 max_batch_tokens: int = 16384, batch_wait_s: float = 0.05,
                  prefix_cache_tokens: int | None = None) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -241,8 +238,7 @@ class HFChatPolicy:
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=_resolve_dtype(torch, dtype, device))
         self.model.eval()
         self.device = device
-        self.context_length = (context_length or int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
-                               or None)
+        self.context_length = int(getattr(self.model.config, "max_position_embeddings", 0) or 0) or None
         cache_tokens = DEFAULT_PREFIX_CACHE_TOKENS if prefix_cache_tokens is None else prefix_cache_tokens
         # No autocast: greedy evaluation runs in the checkpoint's own dtype (fp32 on CPU keeps it
         # identical to the trainer's fp32 reference numbers).
@@ -253,18 +249,14 @@ class HFChatPolicy:
         self._thread = threading.Thread(target=self._loop.run_forever, name="hf-policy", daemon=True)
         self._thread.start()
 
-    def encode(self, messages: list[dict[str, Any]]) -> list[int]:
-        """Prompt token ids: the chat template with the generation prompt."""
-        return chat_prompt_ids(self.tokenizer, messages)
-
     def count_tokens(self, messages: list[dict[str, Any]]) -> int:
-        return len(self.encode(messages))
+        return len(chat_prompt_ids(self.tokenizer, messages))
 
     def complete(self, messages: list[dict[str, Any]], sampling: SamplingSettings) -> str:
         return self.complete_with_usage(messages, sampling).text
 
     def complete_with_usage(self, messages: list[dict[str, Any]], sampling: SamplingSettings) -> Completion:
-        ids = self.encode(messages)
+        ids = chat_prompt_ids(self.tokenizer, messages)
         if self.context_length and len(ids) + sampling.max_tokens > self.context_length:
             raise ContextOverflowError(f"prompt of {len(ids)} tokens + max_tokens {sampling.max_tokens} exceeds the "
                                        f"context length {self.context_length}")

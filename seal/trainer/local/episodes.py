@@ -49,7 +49,6 @@ class Episode:
 
     # The record's fields the trainer reads, read-only.
     task_id = _of_result("task_id")
-    category = _of_result("category")
     reward = _of_result("reward")
     tags = _of_result("tags")
     env_fault = _of_result("env_fault")
