@@ -28,7 +28,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, DictConfigWrap, register
 
-from seal.config_base import select
+from seal.config_base import select, to_plain
 from seal.environment import episode_params, make_env_client
 from seal.episode import RECORD_KEY, EpisodeResult, Evaluation
 from seal.rewards import RewardConfig, episode_reward
@@ -254,8 +254,5 @@ logging.getLogger("verl.utils.tokenizer.continuous_token_wiring").addFilter(_Onc
 
 
 def _extra_info(value: Any) -> dict:
-    if value is None:
-        return {}
-    if OmegaConf.is_config(value):
-        value = OmegaConf.to_container(value, resolve=True)
+    value = to_plain(value)
     return dict(value) if isinstance(value, Mapping) else {}

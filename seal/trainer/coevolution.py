@@ -126,16 +126,9 @@ class CoEvolution:
         self, advantages: torch.Tensor, tags: list[list[str] | None], *, step: int
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """Apply the configured reweighter: its ``prepare`` on the capability state and on the
-        state it kept the step before (A-Patch: the dynamic tag-weight update), then its function.
-
-        Args:
-            advantages: ``(B, T)`` GRPO advantages, masked to assistant tokens.
-            tags: ``B`` per-turn tag lists (``None`` / empty: no diagnosis, scale 1).
-            step: the global training step (A-Patch warm-up).
-
-        Returns:
-            ``(B, T)`` reweighted advantages (a new tensor) and ``seal/...`` metrics.
-        """
+        state it kept the step before (A-Patch: the dynamic tag-weight update), then its function
+        on ``advantages`` ``(B, T)`` with ``tags`` (``B`` per-turn tag lists; ``None`` / empty: no
+        diagnosis, scale 1). Returns new ``(B, T)`` advantages and ``seal/...`` metrics."""
         weights, self.reweighter_state = self.reweighter.prepare_step(
             self.reweighter_cfg, step, self.state, self.reweighter_state)
         return self.reweighter.fn(advantages, tags, cfg=self.reweighter_cfg, weights=weights, step=step)
