@@ -17,8 +17,7 @@ from omegaconf import DictConfig
 from seal import config_check, config_values, schema
 from seal.config_base import BASE_YAML, EXP_DIR, REPO_ROOT, ConfigError, rule_error, to_plain, verl_config_dir
 
-__all__ = ["BASE_YAML", "EXP_DIR", "REPO_ROOT", "ConfigError", "compose_config", "experiment_dir", "to_plain",
-           "validate_config"]
+__all__ = ["BASE_YAML", "EXP_DIR", "REPO_ROOT", "ConfigError", "compose_config", "experiment_dir", "to_plain"]
 
 
 def compose_config(conf: str | Path, overrides: Sequence[str] = (), *, check: bool = True) -> DictConfig:
@@ -53,11 +52,6 @@ def compose_config(conf: str | Path, overrides: Sequence[str] = (), *, check: bo
         raise ConfigError(_override_error(exc, overrides)) from exc
     config_check.check_config(cfg, overrides, full=check)
     return cfg
-
-
-def validate_config(cfg: DictConfig) -> None:
-    """The SEAL part of the validation pass (what every composition runs)."""
-    config_check.check_config(cfg, full=False)
 
 
 def _override_error(exc: BaseException, overrides: Sequence[str]) -> str:

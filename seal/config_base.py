@@ -203,8 +203,8 @@ def looks_local(path: str) -> bool:
     return len(p.parts) == 2 and any((root / p.parts[0]).is_dir() for root in (Path.cwd(), REPO_ROOT))
 
 
-def resolve_data_file(value: str) -> Path:
-    """A data file as the trainers find it: as given, else relative to the project."""
+def resolve_path(value: str) -> Path:
+    """A data file or model folder as the trainers find it: as given, else relative to the project."""
     p = Path(os.path.expanduser(value))
     if not p.is_absolute() and not p.exists() and (REPO_ROOT / p).exists():
         return REPO_ROOT / p

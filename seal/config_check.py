@@ -17,17 +17,14 @@ from __future__ import annotations
 import difflib
 import functools
 import logging
-import os
 import re
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from seal import config_values, schema
-from seal.config_base import (REPO_ROOT, ConfigError, looks_local, resolve_data_file, rule_error, show, to_plain,
-                              verl_config_dir)
+from seal.config_base import ConfigError, looks_local, resolve_path, rule_error, show, to_plain, verl_config_dir
 
 log = logging.getLogger(__name__)
 
@@ -78,17 +75,16 @@ def nearest(word: str, candidates: Iterable[str]) -> str | None:
     return found[0] if found else None
 
 
-def nearest_key(key: str, tree: dict[str, Any] | None = None) -> str | None:
+def nearest_key(key: str) -> str | None:
     """The existing key closest to ``key``: a sibling first (same parent), then any key."""
-    tree = reference_tree() if tree is None else tree
-    keys = all_keys(tree)
+    keys = all_keys(reference_tree())
     parent = key.rpartition(".")[0]
     siblings = [k for k in keys if k.rpartition(".")[0] == parent]
     return nearest(key, siblings) or nearest(key, keys)
 
 
-def unknown_key_message(key: str, tree: dict[str, Any] | None = None) -> str:
-    near = nearest_key(key, tree)
+def unknown_key_message(key: str) -> str:
+    near = nearest_key(key)
     hint = f"did you mean {near}?" if near else "check the spelling against `seal config --show` and verl's ppo_trainer.yaml"
     return f"{key}: no such config key ({hint}; to add a new key on purpose, write +{key}=...)"
 
@@ -362,8 +358,7 @@ def check_model_path(plain: dict[str, Any]) -> None:
         value = model.get(key)
         if not isinstance(value, str) or not value or not looks_local(value):
             continue
-        p = Path(os.path.expanduser(value))
-        if p.is_dir() or (not p.is_absolute() and (REPO_ROOT / p).is_dir()):
+        if resolve_path(value).is_dir():
             continue
         raise ConfigError(f"actor_rollout_ref.model.{key}={value}: no such model folder (fix: run install.sh, "
                      "scripts/prepare_model.py, or give a local folder or a hub id such as Qwen/Qwen2.5-7B-Instruct)")
@@ -379,7 +374,7 @@ def check_tasks(plain: dict[str, Any]) -> list[str]:
         files = data.get(f"{split}_files")
         files = [files] if isinstance(files, str) else list(files or [])
         for f in files:
-            if not resolve_data_file(str(f)).is_file():
+            if not resolve_path(str(f)).is_file():
                 wins = f"; seal.tasks.{split}_ids is set and would be used instead" if ids else ""
                 raise ConfigError(f"data.{split}_files={f}: file not found (fix: give an existing parquet file, "
                              f"e.g. data/bfcl_{'train' if split == 'train' else 'eval_400'}.parquet{wins})")

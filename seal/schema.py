@@ -321,15 +321,6 @@ def _cached_tree() -> dict[str, Any]:
     return default_tree()
 
 
-def is_field(key: str) -> bool:
-    """Whether the dotted ``key`` is a block or a leaf of the schema."""
-    try:
-        schema_default(key)
-    except KeyError:
-        return False
-    return True
-
-
 def schema_default(key: str) -> Any:
     """The schema's default of the dotted ``key`` (KeyError when the schema has no such key)."""
     node: Any = _cached_tree()

@@ -47,6 +47,15 @@ def _has(tree: Any, key: str) -> bool:
     return True
 
 
+def _is_field(key: str) -> bool:
+    """Whether the dotted ``key`` is a block or a leaf of the schema."""
+    try:
+        schema.schema_default(key)
+    except KeyError:
+        return False
+    return True
+
+
 def _leaves(node: Any, prefix: str = "") -> list[str]:
     if isinstance(node, dict) and node:
         return [k for key, value in node.items() for k in _leaves(value, f"{prefix}.{key}" if prefix else str(key))]
@@ -73,7 +82,7 @@ def stray_keys(tree: dict[str, Any]) -> list[str]:
         parts = key.split(".")
         if parts[0] == "env_service" and len(parts) > 2 and parts[1] in known_environments():
             continue
-        if key.startswith(OPEN_MAPS) or schema.is_field(key) or _has(verl_tree(), key):
+        if key.startswith(OPEN_MAPS) or _is_field(key) or _has(verl_tree(), key):
             continue
         stray.append(key)
     return stray
@@ -103,7 +112,7 @@ def _schema_leaf_names() -> set[str]:
 
 
 def _is_leaf(key: str) -> bool:
-    return schema.is_field(key) and not isinstance(schema.schema_default(key), dict)
+    return _is_field(key) and not isinstance(schema.schema_default(key), dict)
 
 
 def literal_fallbacks(source: str) -> list[str]:
@@ -156,7 +165,7 @@ def test_settings_classes_default_to_the_schema():
     for cls, prefix in ((RolloutSettings, "seal.rollout"), (WarmStartSettings, "seal.warm_start"),
                         (DiagnosisConfig, "seal.diagnosis")):
         for f in dataclasses.fields(cls):
-            if schema.is_field(f"{prefix}.{f.name}"):
+            if _is_field(f"{prefix}.{f.name}"):
                 assert getattr(cls(), f.name) == schema.schema_default(f"{prefix}.{f.name}"), (cls, f.name)
     recipe = schema.default_config().env_service.bfcl.diagnostic_evolution
     defaults = GuidelineConfig()

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from seal.config import ConfigError, compose_config, validate_config
+from seal.config import ConfigError, compose_config
+from seal.config_check import check_config
 
 SEAL_YAML = "exp/SEAL.yaml"
 
@@ -60,4 +61,4 @@ def test_validate_accepts_nulls_for_nullable_knobs(seal_cfg):
     from omegaconf import OmegaConf
 
     cfg = OmegaConf.merge(seal_cfg, {"env_service": {"url": None}, "seal": {"diagnosis": {"state_dir": "x"}}})
-    validate_config(cfg)
+    check_config(cfg, full=False)

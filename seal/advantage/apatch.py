@@ -138,20 +138,12 @@ def _summary_metrics(cfg: APatchConfig, before: Sequence[float], after: Sequence
 @register_reweighter("apatch", config=APatchConfig, prepare=prepare_tag_weights)
 def apatch_reweight(advantages: torch.Tensor, tags: Tags, *, cfg: APatchConfig, weights: Mapping[str, float],
                     step: int) -> tuple[torch.Tensor, dict[str, float]]:
-    """Rescale each episode's advantages by its A-Patch scale (vectorised form).
-
-    Args:
-        advantages: ``(B, T)`` GRPO advantages, already masked to assistant tokens.
-        tags: ``B`` per-turn tag lists; ``None`` or empty means "no diagnosis" (scale 1,
-            counted in ``missing_tag_count``).
-        cfg: A-Patch settings (clip range, apply mode, warm-up, budget, metric prefix).
-        weights: the active tag weights (see :func:`prepare_tag_weights`).
-        step: the global training step (for warm-up).
-
-    Returns:
-        ``(B, T)`` new advantages (the input is not modified) and metrics. ``mean_scale`` is
-        the mean applied scale over tagged rows, after the budget; ``budget_mean_before``
-        keeps the pre-budget mean.
+    """Rescale each episode's row of ``advantages`` ``(B, T)`` (GRPO's, masked to assistant tokens)
+    by its A-Patch scale, vectorised. ``tags``: ``B`` per-turn tag lists; ``None`` or empty means
+    "no diagnosis" (scale 1, counted in ``missing_tag_count``). ``weights``: the active tag weights
+    (:func:`prepare_tag_weights`). Returns new ``(B, T)`` advantages (the input is not modified)
+    and metrics: ``mean_scale`` is the mean applied scale over tagged rows, after the budget;
+    ``budget_mean_before`` keeps the pre-budget mean.
     """
     _check_inputs(advantages, tags)
     if not cfg.enable or step < cfg.warmup_steps:

@@ -10,13 +10,11 @@ the result is the state A-Patch hands the trainer to keep, save and resume.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
+from seal.advantage.weights import APatchConfig, clip
 from seal_shared.tags import excluded_tags
 from seal_shared.types import FailureTag
-
-if TYPE_CHECKING:
-    from seal.advantage.weights import APatchConfig
 
 
 class TagStats(Protocol):
@@ -26,10 +24,6 @@ class TagStats(Protocol):
 
     @property
     def reward_mean(self) -> float: ...
-
-
-def _clip(x: float, lo: float, hi: float) -> float:
-    return min(max(x, lo), hi)
 
 
 def step_dynamic_weights(previous: Mapping[str, float], cfg: APatchConfig,
@@ -64,7 +58,7 @@ def update_dynamic_weights(previous: Mapping[str, float], base: Mapping[str, flo
     total = sum(float(n) for t, n in tag_counts.items() if t not in excluded)
     if total <= 0:
         return {str(t): float(w) for t, w in base.items()}
-    beta = _clip(float(ema_beta), 0.0, 1.0)
+    beta = clip(float(ema_beta), 0.0, 1.0)
     conf = max(1, int(confidence_samples))
     out: dict[str, float] = {}
     for tag in dict.fromkeys([*base, *tag_counts, *previous]):
@@ -77,6 +71,6 @@ def update_dynamic_weights(previous: Mapping[str, float], base: Mapping[str, flo
             n = float(tag_counts.get(tag, 0))
             reward_mean = float(tag_reward_mean.get(tag, 0.0))
             target = b * (1.0 + prevalence_alpha * (n / total) * (1.0 - reward_mean) * min(1.0, n / conf))
-        target = _clip(target, min_scale, max_scale)
+        target = clip(target, min_scale, max_scale)
         out[str(tag)] = (1.0 - beta) * float(previous.get(tag, b)) + beta * target
     return out

@@ -103,7 +103,7 @@ def _merge_tag_weights(overrides: Mapping[str, float] | None) -> dict[str, float
     return merged
 
 
-def _clip(x: float, lo: float, hi: float) -> float:
+def clip(x: float, lo: float, hi: float) -> float:
     return min(max(x, lo), hi)
 
 
@@ -120,4 +120,4 @@ def trajectory_scale(tags: Iterable[str], weights: Mapping[str, float], *, min_s
     kept = [weights.get(t, 1.0) for t in tags if t not in excluded]
     if not kept:
         return 1.0
-    return _clip(sum(kept) / len(kept), min_scale, max_scale)
+    return clip(sum(kept) / len(kept), min_scale, max_scale)

@@ -77,10 +77,8 @@ class DiagnosisStats:
         self.cfg = cfg or DiagnosisConfig()
 
     def metrics(self, tag_weights: Mapping[str, float] | None = None) -> dict[str, float]:
-        """Per-step scalars: ``<prefix>/window/<category>/{count, success_rate, reward_mean,
-        partial_count}``, ``<prefix>/state/{observe_count, num_tasks, num_tags,
-        num_category_tags}`` and, for the reweighter's adaptive ``tag_weights`` (A-Patch's
-        dynamic weights), ``<prefix>/dynamic_tag_weight/<tag>``."""
+        """Per-step scalars of the window's categories and the state's size, and the reweighter's
+        adaptive ``tag_weights`` (A-Patch's dynamic weights) when given."""
         p, s = self.cfg.metric_prefix, self.state
         out: dict[str, float] = {}
         for cat, st in sorted(s.window["categories"].items()):

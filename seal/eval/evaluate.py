@@ -73,15 +73,12 @@ class EvalSettings:
 
 
 def evaluate_episode(client: Any, policy: ChatPolicy, task_id: str, *, params: dict[str, Any],
-                     sampling: SamplingSettings, budget: RolloutSettings | None = None,
-                     max_llm_calls: int | None = None, step: int = 0, split: str | None = None, repeat: int = 0,
-                     category: str | None = None) -> ValidationRecord:
+                     sampling: SamplingSettings, budget: RolloutSettings | None = None, step: int = 0,
+                     split: str | None = None, repeat: int = 0, category: str | None = None) -> ValidationRecord:
     """Play one validation episode through the episode loop and return its log record (errors
     are recorded, not raised). ``budget``: the trainers' :class:`RolloutSettings` (default the
     recipe's); ``category``: the task store's (default: the one the environment reports)."""
     budget = budget or RolloutSettings()
-    if max_llm_calls is not None:
-        budget = replace(budget, max_llm_calls=max_llm_calls)
     t0 = time.monotonic()
     state = EpisodeState(ChatGenerator(policy, sampling))
     bug: BaseException | None = None
@@ -126,7 +123,7 @@ def _to_record(state: EpisodeState, task_id: str, category: str | None, fault: B
 
 
 def _generation_dict(sampling: SamplingSettings, budget: RolloutSettings) -> dict[str, Any]:
-    out = sampling.to_dict()
+    out = asdict(sampling)
     out.update(max_llm_calls=budget.max_llm_calls, n=1, episode_budget=budget.episode_budget,
                max_model_len=budget.max_model_len, response_length=budget.response_length)
     return out

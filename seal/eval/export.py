@@ -85,16 +85,6 @@ def call_to_fc(call: str) -> dict[str, str]:
         raise ValueError(f"arguments of {call!r} are not JSON-serialisable: {exc}") from None
 
 
-def fc_step_to_calls(step: list[dict[str, str]]) -> list[str]:
-    """What BFCL's FC decoder makes of one step: ``name(k=repr(v),...)`` per tool call."""
-    calls = []
-    for fc in step:
-        for name, args in fc.items():
-            values = json.loads(args) if isinstance(args, str) else args
-            calls.append(f"{name}({','.join(f'{k}={v!r}' for k, v in values.items())})")
-    return calls
-
-
 def record_to_result_line(record: dict[str, Any]) -> dict[str, Any]:
     """One validation-log record as one BFCL result line: its turn -> step -> call strings as BFCL FC
     result turns (empty steps are dropped)."""

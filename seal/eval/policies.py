@@ -21,8 +21,7 @@ import re
 import threading
 import time
 import uuid
-import warnings
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
 import httpx
@@ -48,9 +47,6 @@ class SamplingSettings:
             raise ValueError(f"sampling.top_p={self.top_p} must be in (0, 1]")
         if self.max_tokens < 1:
             raise ValueError(f"sampling.max_tokens={self.max_tokens} must be >= 1")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -218,19 +214,20 @@ class HFChatPolicy:
     behind the chat template, served by the trainer's rollout engine (:class:`seal.engine.hf_server.HFServerManager`):
     concurrent callers are batched and each conversation's key/values are kept between its calls.
     The chat template gets no ``tools=``: the environment's system prompt already lists the tools.
-    ``prefix_cache_tokens``: key/value positions kept (0 = no reuse); ``prefix_cache`` (a number of
-    full contexts) is its deprecated form; ``max_batch_tokens``: padded prompt tokens per prefill
-    forward; ``context_length`` defaults to the model's ``max_position_embeddings``.
+    ``prefix_cache_tokens``: key/value positions kept (0 = no reuse); ``max_batch_tokens``: padded
+    prompt tokens per prefill forward. The context length is the model's ``max_position_embeddings``.
     """
 
     def __init__(self, model_path: str, *, device: str = "cpu", dtype: str = "auto", max_batch_size: int = 8,
-                 max_batch_tokens: int = 16384, batch_wait_s: float = 0.05, context_length: int | None = None,
-                 prefix_cache_tokens: int | None = None, prefix_cache: int | None = None) -> None:
+                 max_batch_tokens: int = 16384, batch_wait_s: float = 0.05,
+                 prefix_cache_tokens: int | None = None) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from seal.engine.hf_server import DEFAULT_PREFIX_CACHE_TOKENS, HFServerManager
 
+        if prefix_cache_tokens is not None and prefix_cache_tokens < 0:
+            raise ValueError(f"prefix_cache_tokens={prefix_cache_tokens} must be >= 0 (0 = no key/value reuse)")
         if device != "cpu":
             raise ValueError(f"device={device!r}: HFChatPolicy runs on CPU; for a GPU, serve the checkpoint "
                              "with vLLM and evaluate it through the endpoint policy (--endpoint)")
@@ -241,10 +238,8 @@ class HFChatPolicy:
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=_resolve_dtype(torch, dtype, device))
         self.model.eval()
         self.device = device
-        self.context_length = (context_length or int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
-                               or None)
-        cache_tokens = _cache_tokens(prefix_cache_tokens, prefix_cache, self.context_length,
-                                     DEFAULT_PREFIX_CACHE_TOKENS)
+        self.context_length = int(getattr(self.model.config, "max_position_embeddings", 0) or 0) or None
+        cache_tokens = DEFAULT_PREFIX_CACHE_TOKENS if prefix_cache_tokens is None else prefix_cache_tokens
         # No autocast: greedy evaluation runs in the checkpoint's own dtype (fp32 on CPU keeps it
         # identical to the trainer's fp32 reference numbers).
         self.server = HFServerManager(
@@ -254,18 +249,14 @@ class HFChatPolicy:
         self._thread = threading.Thread(target=self._loop.run_forever, name="hf-policy", daemon=True)
         self._thread.start()
 
-    def encode(self, messages: list[dict[str, Any]]) -> list[int]:
-        """Prompt token ids: the chat template with the generation prompt."""
-        return chat_prompt_ids(self.tokenizer, messages)
-
     def count_tokens(self, messages: list[dict[str, Any]]) -> int:
-        return len(self.encode(messages))
+        return len(chat_prompt_ids(self.tokenizer, messages))
 
     def complete(self, messages: list[dict[str, Any]], sampling: SamplingSettings) -> str:
         return self.complete_with_usage(messages, sampling).text
 
     def complete_with_usage(self, messages: list[dict[str, Any]], sampling: SamplingSettings) -> Completion:
-        ids = self.encode(messages)
+        ids = chat_prompt_ids(self.tokenizer, messages)
         if self.context_length and len(ids) + sampling.max_tokens > self.context_length:
             raise ContextOverflowError(f"prompt of {len(ids)} tokens + max_tokens {sampling.max_tokens} exceeds the "
                                        f"context length {self.context_length}")
@@ -295,23 +286,6 @@ class HFChatPolicy:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
         self.server.close()
-
-
-def _cache_tokens(tokens: int | None, conversations: int | None, context_length: int | None, default: int) -> int:
-    """Key/value positions to keep, from ``prefix_cache_tokens`` or the deprecated ``prefix_cache``."""
-    if conversations is not None:
-        if tokens is not None:
-            raise ValueError("pass prefix_cache_tokens or the deprecated prefix_cache, not both")
-        warnings.warn("HFChatPolicy(prefix_cache=N) is deprecated: pass prefix_cache_tokens (key/value "
-                      "positions kept; 0 = no reuse)", DeprecationWarning, stacklevel=3)
-        if conversations < 0:
-            raise ValueError(f"prefix_cache={conversations} must be >= 0")
-        return conversations * (context_length or 8192)
-    if tokens is None:
-        return default
-    if tokens < 0:
-        raise ValueError(f"prefix_cache_tokens={tokens} must be >= 0 (0 = no key/value reuse)")
-    return tokens
 
 
 def _resolve_dtype(torch: Any, dtype: str, device: str) -> Any:

@@ -83,13 +83,6 @@ class RecordIdentifier:
                 if cat is None or self.index[tid].category == cat]
         return hits[0] if len(set(hits)) == 1 else None
 
-    def split(self, record: dict[str, Any]) -> str | None:
-        if record.get("split"):
-            return str(record["split"])
-        tid = self.task_id(record)
-        info = self.index.get(tid) if tid else None
-        return info.split if info else None
-
     def annotate(self, record: dict[str, Any]) -> dict[str, Any]:
         """A copy of ``record`` with task_id, data_source and split filled where they can be."""
         out = dict(record)

@@ -22,13 +22,13 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from omegaconf import OmegaConf
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, DictConfigWrap, register
 
-from seal.config_base import select
+from seal.config_base import select, to_plain
 from seal.environment import episode_params, make_env_client
 from seal.episode import RECORD_KEY, EpisodeResult, Evaluation
 from seal.rewards import RewardConfig, episode_reward
@@ -106,15 +106,14 @@ class TokenGenerator:
 class SealAgentLoop(AgentLoopBase):
     """verl agent loop for one episode of any environment (see the module docstring).
 
-    Beyond verl's constructor arguments it takes, for the local trainer and tests:
-    ``env_client`` (an ``EnvClient``-like object shared by many episodes; not closed here) or
-    ``env_client_factory`` (a zero-argument callable; its client is closed after the episode).
-    Without either, a client is built from ``env_service.*`` for each episode and closed after it.
+    Beyond verl's constructor arguments it takes, for the local trainer and tests, ``env_client``
+    (an ``EnvClient``-like object shared by many episodes; not closed here). Without it, a client
+    is built from ``env_service.*`` for each episode and closed after it.
     """
 
     def __init__(self, trainer_config: DictConfigWrap, server_manager: Any, tokenizer: Any, processor: Any = None,
                  dataset_cls: Any = None, data_config: DictConfigWrap | None = None, hf_model_type: str | None = None,
-                 *, env_client: Any = None, env_client_factory: Callable[[], Any] | None = None, **kwargs: Any):
+                 *, env_client: Any = None, **kwargs: Any):
         if data_config is None:
             data_config = DictConfigWrap(OmegaConf.create(select(trainer_config.config, "data", {}) or {}))
         if hf_model_type is None:
@@ -125,16 +124,13 @@ class SealAgentLoop(AgentLoopBase):
         self.reward_cfg = RewardConfig.from_dict(select(self.config, "seal.reward", {}))
         self.chat = ChatFormat.from_tokenizer(tokenizer, self.apply_chat_template_kwargs)
         self._env_client = env_client
-        self._env_client_factory = env_client_factory
 
     @classmethod
-    def for_local(cls, config: Any, server_manager: Any, tokenizer: Any, *, env_client: Any = None,
-                  env_client_factory: Callable[[], Any] | None = None) -> SealAgentLoop:
+    def for_local(cls, config: Any, server_manager: Any, tokenizer: Any, *, env_client: Any = None) -> SealAgentLoop:
         """Build a loop outside verl's worker (local trainer, scripts, tests). Call inside the
         running event loop: verl's base class captures it."""
         cfg = config if OmegaConf.is_config(config) else OmegaConf.create(config)
-        return cls(DictConfigWrap(cfg), server_manager, tokenizer, env_client=env_client,
-                   env_client_factory=env_client_factory)
+        return cls(DictConfigWrap(cfg), server_manager, tokenizer, env_client=env_client)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         task_id = kwargs.get("task_id")
@@ -142,7 +138,8 @@ class SealAgentLoop(AgentLoopBase):
             raise ValueError("dataset row needs a 'task_id' (a BFCL multi-turn id such as 'multi_turn_base_0')")
         mode = str(kwargs.get("rollout_mode") or "sample")
         params = episode_params(self.config, mode, kwargs.get("env_params"))
-        client, owned = self._client()
+        owned = self._env_client is None
+        client = make_env_client(self.config) if owned else self._env_client
         try:
             state = await play_episode(
                 client, task_id, params, settings=self.settings, retries=self.settings.env_retries,
@@ -156,13 +153,6 @@ class SealAgentLoop(AgentLoopBase):
         if not state.created:
             state.category = str(known_category) if known_category else None
         return self._output(state, task_id, mode, _extra_info(kwargs.get("extra_info")))
-
-    def _client(self) -> tuple[Any, bool]:
-        if self._env_client is not None:
-            return self._env_client, False
-        if self._env_client_factory is not None:
-            return self._env_client_factory(), True
-        return make_env_client(self.config), True
 
     def _result(self, state: EpisodeState, task_id: str, mode: str, extra_info: Mapping[str, Any]) -> EpisodeResult:
         """The episode's typed record, with its one reward (:func:`seal.rewards.episode_reward`)."""
@@ -264,8 +254,5 @@ logging.getLogger("verl.utils.tokenizer.continuous_token_wiring").addFilter(_Onc
 
 
 def _extra_info(value: Any) -> dict:
-    if value is None:
-        return {}
-    if OmegaConf.is_config(value):
-        value = OmegaConf.to_container(value, resolve=True)
+    value = to_plain(value)
     return dict(value) if isinstance(value, Mapping) else {}

@@ -5,22 +5,17 @@ training interface (guidelines) and reweights the learning signal (A-Patch): the
 
 A trainer (either backend) calls, per step:
 
-1. :meth:`CoEvolution.env_params` — the per-episode environment parameters (the
-   environment's params block (``env_service.<env>``, e.g. ``env_service.bfcl``), the rollout
-   mode and, when guideline evolution is on, the
-   guideline lines chosen from the capability state);
+1. :meth:`CoEvolution.env_params` — the per-episode environment parameters, with the guideline
+   lines chosen from the capability state when guideline evolution is on;
 2. :meth:`CoEvolution.observe` — the step's *training* episodes feed the capability state;
-3. :meth:`CoEvolution.reweight` — the configured reweighter (``seal.advantage.reweighter``, built
-   from its own ``seal.advantage.<name>`` block) on the GRPO advantages: its per-step
-   preparation from the capability state and the state it kept the step before (A-Patch: the
-   dynamic tag-weight update), then its function;
-4. :meth:`CoEvolution.after_step` (:meth:`CoEvolution.end_epoch` at an epoch boundary), then
-   :meth:`CoEvolution.step_metrics`.
+3. :meth:`CoEvolution.reweight` — the configured reweighter (``seal.advantage.reweighter``) on the
+   GRPO advantages;
+4. :meth:`CoEvolution.after_step`, then :meth:`CoEvolution.step_metrics`.
 
 Checkpoints carry :meth:`state_dict` (or :meth:`save` / :meth:`load` on a folder): the
-capability state, the epoch's error counter and the reweighter's own state. A fresh
-run starts with an empty state; only an explicit resume loads one, so a state left in the
-experiment folder by an unrelated earlier run is never picked up silently.
+capability state, the epoch's error counter and the reweighter's own state. A fresh run starts
+with an empty state; only an explicit resume loads one, so a state left in the experiment folder
+by an unrelated earlier run is never picked up silently.
 """
 
 from __future__ import annotations
@@ -131,16 +126,9 @@ class CoEvolution:
         self, advantages: torch.Tensor, tags: list[list[str] | None], *, step: int
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """Apply the configured reweighter: its ``prepare`` on the capability state and on the
-        state it kept the step before (A-Patch: the dynamic tag-weight update), then its function.
-
-        Args:
-            advantages: ``(B, T)`` GRPO advantages, masked to assistant tokens.
-            tags: ``B`` per-turn tag lists (``None`` / empty: no diagnosis, scale 1).
-            step: the global training step (A-Patch warm-up).
-
-        Returns:
-            ``(B, T)`` reweighted advantages (a new tensor) and ``seal/...`` metrics.
-        """
+        state it kept the step before (A-Patch: the dynamic tag-weight update), then its function
+        on ``advantages`` ``(B, T)`` with ``tags`` (``B`` per-turn tag lists; ``None`` / empty: no
+        diagnosis, scale 1). Returns new ``(B, T)`` advantages and ``seal/...`` metrics."""
         weights, self.reweighter_state = self.reweighter.prepare_step(
             self.reweighter_cfg, step, self.state, self.reweighter_state)
         return self.reweighter.fn(advantages, tags, cfg=self.reweighter_cfg, weights=weights, step=step)

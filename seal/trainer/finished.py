@@ -22,12 +22,9 @@ def finished_message(cfg: DictConfig, exp_dir: Path) -> str | None:
     """One line saying the run is complete (results, how to start afresh), or None."""
     if str(cfg.trainer.get("resume_mode")) != "auto":
         return None
-    if str(cfg.trainer.backend) == "local":
-        root = Path(exp_dir) / "checkpoints"
-        done, total = _local_progress(cfg, root)
-    else:
-        root = Path(os.path.expanduser(str(cfg.trainer.default_local_dir)))
-        done, total = _verl_progress(cfg, root)
+    local = str(cfg.trainer.backend) == "local"
+    root = Path(exp_dir) / "checkpoints" if local else Path(os.path.expanduser(str(cfg.trainer.default_local_dir)))
+    done, total = _progress(cfg, root, local=local)
     if done is None or total is None or done < total:
         return None
     name = cfg.trainer.experiment_name
@@ -47,45 +44,38 @@ def tracker_step(root: Path) -> int | None:
         return None  # a damaged tracker is reported by the resume itself, with the file's name
 
 
-def _explicit_total(cfg: DictConfig) -> int | None:
-    total = cfg.trainer.get("total_training_steps")
-    return int(total) if total else None
-
-
-def _local_progress(cfg: DictConfig, root: Path) -> tuple[int | None, int | None]:
+def _progress(cfg: DictConfig, root: Path, *, local: bool) -> tuple[int | None, int | None]:
+    """``(steps done, total steps)``; None where unknown. The local trainer's checkpoint records
+    its task count. verl's step count is only known once its dataloader exists; an upper bound is
+    cheap: the training tasks before the prompt-length filter (which only drops tasks), batched
+    with ``drop_last`` as verl does. A run that reached the bound is certainly complete."""
     step = tracker_step(root)
     if step is None:
         return None, None
-    state = _read_json(root / f"global_step_{step}" / "trainer_state.json")
-    if state is None:
-        return None, None
-    total = _explicit_total(cfg)
-    if total is None:
+    total = cfg.trainer.get("total_training_steps")
+    if local:
+        state = _read_json(root / f"global_step_{step}" / "trainer_state.json")
+        if state is None:
+            return None, None
+        step = int(state.get("global_step", step))
         num_tasks = (state.get("data") or {}).get("num_tasks")
+    else:
+        num_tasks = None if total else _train_task_count(cfg)
+    if not total:
         if not num_tasks:
             return None, None
         total = int(cfg.trainer.total_epochs) * (int(num_tasks) // int(cfg.data.train_batch_size))
-    return int(state.get("global_step", step)), total
+    return step, int(total)
 
 
-def _verl_progress(cfg: DictConfig, root: Path) -> tuple[int | None, int | None]:
-    """verl's step count is only known once its dataloader exists; an upper bound is cheap: the
-    training tasks before the prompt-length filter (which only drops tasks), batched with
-    ``drop_last`` as verl does. A run that reached the bound is certainly complete."""
-    step = tracker_step(root)
-    if step is None:
-        return None, None
-    total = _explicit_total(cfg)
-    if total is None:
-        from seal.config_base import ConfigError
-        from seal.trainer.tasks import select_task_ids
+def _train_task_count(cfg: DictConfig) -> int | None:
+    from seal.config_base import ConfigError
+    from seal.trainer.tasks import select_task_ids
 
-        try:
-            num_tasks = len(select_task_ids(cfg, "train"))
-        except ConfigError:
-            return None, None
-        total = int(cfg.trainer.total_epochs) * (num_tasks // int(cfg.data.train_batch_size))
-    return step, total
+    try:
+        return len(select_task_ids(cfg, "train"))
+    except ConfigError:
+        return None
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

@@ -70,15 +70,9 @@ def select_trainable(excluded: Sequence[bool], groups: Sequence[Hashable], *, n:
 
 
 def episode_metrics(results: Sequence[EpisodeResult]) -> dict[str, float]:
-    """The step's episode metrics, under the same ``seal/*`` names on both backends.
-
-    Counts over all ``B`` episodes: ``seal/env_faults``, ``seal/llm_faults``,
-    ``seal/truncated_episodes`` (response tokens cut from the training tensors). Over the played
-    (not excluded) episodes, when there are any: ``seal/reward_mean``, ``seal/success_rate``
-    (the verifier's pass rate), ``seal/num_llm_calls_mean``, ``seal/response_tokens_mean`` (the
-    model's tokens per episode) and ``seal/tagged_episodes``. The episode counts themselves are
-    :meth:`StepSelection.metrics`'.
-    """
+    """The step's episode metrics, under the same ``seal/*`` names on both backends: fault and
+    truncation counts over all episodes, means over the played (not excluded) ones. The episode
+    counts themselves are :meth:`StepSelection.metrics`'."""
     out = {
         "seal/env_faults": float(sum(r.env_fault for r in results)),
         "seal/llm_faults": float(sum(r.llm_fault for r in results)),

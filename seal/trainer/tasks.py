@@ -10,9 +10,9 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from seal.config_base import ConfigError, resolve_data_file, to_plain
+from seal.config_base import ConfigError, resolve_path, to_plain
 from seal.environment import environment, task_categories
-from seal.schema import WarmStartKeys
+from seal.schema import WarmStartKeys, block
 from seal_shared.tags import known_tags, tag_definitions
 from seal_shared.types import PaperLabel
 
@@ -20,8 +20,8 @@ logger = logging.getLogger(__name__)
 
 
 def _files(value: Any) -> list[Path]:
-    """Data files as the config check found them (:func:`seal.config_base.resolve_data_file`)."""
-    return [resolve_data_file(str(f)) for f in ([value] if isinstance(value, str) else to_plain(value) or [])]
+    """Data files as the config check found them (:func:`seal.config_base.resolve_path`)."""
+    return [resolve_path(str(f)) for f in ([value] if isinstance(value, str) else to_plain(value) or [])]
 
 
 def ids_from_parquet(files: Sequence[Path], key: str) -> list[str]:
@@ -79,16 +79,10 @@ def select_task_ids(cfg: DictConfig, split: str, *, prompt_tokens: Callable[[str
     return ids
 
 
-def _warm_start(cfg: Any) -> WarmStartKeys:
-    """The ``seal.warm_start`` block as read here (its value rules: ``seal.warm_start.WarmStartSettings``)."""
-    block = cfg.seal.get("warm_start") if cfg.get("seal") is not None else None
-    return WarmStartKeys(**dict(to_plain(block) or {}))
-
-
 def warm_start_task_ids(cfg: Any) -> list[str]:
     """The supervised warm start's tasks: ``seal.warm_start.task_ids``, else the first ``max_tasks`` of the
     environment's train split (all of it when null). Every id must be a training task of the environment."""
-    settings = _warm_start(cfg)
+    settings = block(WarmStartKeys, cfg, "seal.warm_start")
     env = environment(cfg)
     train = env.load_split("train")
     ids = [str(t) for t in settings.task_ids] if settings.task_ids else list(train)
@@ -104,7 +98,7 @@ def warm_start_task_ids(cfg: Any) -> list[str]:
 def without_warm_start_tasks(cfg: DictConfig, ids: list[str]) -> list[str]:
     """``ids`` less the warm start's tasks when ``seal.warm_start.exclude_from_rl`` (the default), so
     that the RL curve is measured on tasks the warm start never imitated."""
-    settings = _warm_start(cfg)
+    settings = block(WarmStartKeys, cfg, "seal.warm_start")
     if not (settings.enable and settings.exclude_from_rl):
         return ids
     warm = set(warm_start_task_ids(cfg))

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from seal.config_base import REPO_ROOT, ConfigError, check_fields, to_plain
-from seal.schema import WarmStartKeys
+from seal.config_base import REPO_ROOT, ConfigError, check_fields
+from seal.schema import WarmStartKeys, block
 
 
 @dataclass(frozen=True)
@@ -21,11 +21,9 @@ class WarmStartSettings(WarmStartKeys):
 
     @classmethod
     def from_config(cls, cfg: Any) -> WarmStartSettings:
-        block = cfg.seal.get("warm_start") if cfg.get("seal") is not None else None
-        data = dict(to_plain(block) or {})
-        if data.get("task_ids") is not None:
-            data["task_ids"] = tuple(str(t) for t in data["task_ids"])
-        return cls(**data)
+        settings = block(cls, cfg, "seal.warm_start")
+        ids = settings.task_ids
+        return settings if ids is None else replace(settings, task_ids=tuple(str(t) for t in ids))
 
     def hyperparameters(self) -> dict[str, Any]:
         """What changes the trained weights besides the data and the base model."""

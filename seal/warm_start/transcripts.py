@@ -37,8 +37,7 @@ class Transcript:
         return sum(self.response_mask)
 
 
-def build_transcripts(cfg: Any, tokenizer: Any, env_client: Any, task_ids: Sequence[str], *,
-                      rollout_mode: str = "sample") -> list[Transcript]:
+def build_transcripts(cfg: Any, tokenizer: Any, env_client: Any, task_ids: Sequence[str]) -> list[Transcript]:
     """One :class:`Transcript` per task, under ``cfg``'s episode budget and interface.
 
     Raises :class:`ConfigError` naming the tasks whose ground truth does not pass under the config
@@ -51,8 +50,7 @@ def build_transcripts(cfg: Any, tokenizer: Any, env_client: Any, task_ids: Seque
     out, failed = [], []
     for task_id in task_ids:
         messages = oracle_messages_for(store.get(task_id), parser)
-        result, _ = asyncio.run(play_oracle(cfg, tokenizer, env_client, task_id, messages,
-                                            rollout_mode=rollout_mode))
+        result, _ = asyncio.run(play_oracle(cfg, tokenizer, env_client, task_id, messages, rollout_mode="sample"))
         fields = result.extra_fields
         if not (fields.get("check") or {}).get("valid"):
             failed.append(f"{task_id} ({fields.get('terminated_reason')})")

@@ -113,7 +113,7 @@ def test_episode_protocol_and_record():
 def test_llm_call_cap_and_release_on_errors():
     env = FakeEnv(turns=2)
     rec = evaluate_episode(env, LoopingPolicy(), "multi_turn_base_9", params={}, sampling=SamplingSettings(),
-                      max_llm_calls=3)
+                           budget=RolloutSettings(max_llm_calls=3))
     assert rec.num_llm_calls == 3 and rec.terminated_reason == "max_llm_calls" and not rec.valid
     assert env.live == {}
 

@@ -15,7 +15,6 @@ from seal.eval.export import (
     call_to_fc,
     call_to_keywords,
     export_records,
-    fc_step_to_calls,
     parse_call,
     read_bfcl_scores,
 )
@@ -26,6 +25,16 @@ tasks_mod = pytest.importorskip("env_service.bfcl.tasks")
 checker_mod = pytest.importorskip("env_service.bfcl.checker")
 
 CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
+
+
+def fc_step_to_calls(step: list[dict[str, str]]) -> list[str]:
+    """What BFCL's FC decoder makes of one step: ``name(k=repr(v),...)`` per tool call."""
+    calls = []
+    for fc in step:
+        for name, args in fc.items():
+            values = json.loads(args) if isinstance(args, str) else args
+            calls.append(f"{name}({','.join(f'{k}={v!r}' for k, v in values.items())})")
+    return calls
 
 
 def _bfcl_verdict(result_turns: list, gt: list[list[str]], entry: dict) -> tuple[bool, str | None]:

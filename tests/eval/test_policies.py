@@ -157,13 +157,10 @@ def test_openai_context_overflow_is_its_own_error():
 
 
 def test_hf_policy_arguments_map_onto_the_engine(tiny_checkpoint):
-    with pytest.warns(DeprecationWarning, match="prefix_cache_tokens"):
-        old = HFChatPolicy(str(tiny_checkpoint), prefix_cache=2, max_batch_tokens=300, max_batch_size=3)
-    assert old.server.prefix_cache.max_tokens == 2 * 512  # two full contexts of the 512-token model
-    assert old.server.prefill_token_budget == 300 and old.server.max_batch_size == 3
-    with pytest.warns(DeprecationWarning):
-        assert HFChatPolicy(str(tiny_checkpoint), prefix_cache=0).server.prefix_cache is None
-    with pytest.raises(ValueError, match="not both"):
-        HFChatPolicy(str(tiny_checkpoint), prefix_cache=1, prefix_cache_tokens=10)
+    pol = HFChatPolicy(str(tiny_checkpoint), prefix_cache_tokens=1024, max_batch_tokens=300, max_batch_size=3)
+    assert pol.server.prefix_cache.max_tokens == 1024
+    assert pol.server.prefill_token_budget == 300 and pol.server.max_batch_size == 3
+    with pytest.raises(ValueError, match="must be >= 0"):
+        HFChatPolicy(str(tiny_checkpoint), prefix_cache_tokens=-1)
     with pytest.raises(ValueError, match="vLLM"):
         HFChatPolicy(str(tiny_checkpoint), device="cuda")

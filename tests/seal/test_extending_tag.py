@@ -10,7 +10,8 @@ from omegaconf import OmegaConf
 from env_service.bfcl.checker import check_episode
 from env_service.bfcl.tasks import load_store
 from seal.advantage import APatchConfig, apatch_reweight, prepare_tag_weights
-from seal.config import REPO_ROOT, ConfigError, compose_config, validate_config
+from seal.config import REPO_ROOT, ConfigError, compose_config
+from seal.config_check import check_config
 from seal.diagnosis import CapabilityState, DiagnosisStats
 from seal.interface.guidelines import select_guidelines
 from seal_shared.interface.guidelines import GuidelineConfig
@@ -61,4 +62,4 @@ def test_config_lists_the_plugin_and_weights_its_tag(plugins) -> None:
     assert APatchConfig.from_dict(OmegaConf.to_container(cfg.seal.advantage.apatch)).tag_weights["missed_tool"] == 1.9
     OmegaConf.update(cfg, "seal.plugins", ["no_such_plugin_module"], merge=False)
     with pytest.raises(ConfigError, match="seal.plugins: cannot import 'no_such_plugin_module'"):
-        validate_config(cfg)
+        check_config(cfg, full=False)

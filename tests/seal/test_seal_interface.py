@@ -135,9 +135,6 @@ def test_select_guidelines_thresholds_and_ranking() -> None:
     assert select_guidelines(_state(rows), cfg=GuidelineConfig(prevalence_threshold=0.2)) == lines[:1]
     override = GuidelineConfig(guidelines={"state_mismatch": "", "empty_turn_model_response": "Act."})
     assert select_guidelines(_state(rows), cfg=override) == ["Act."]
-    assert select_guidelines(_state(rows).to_dict(), cfg=cfg) == lines  # the persisted form works too
-    plain = {"state_mismatch": {"count": 10, "reward_sum": 2.0}, "pass": {"count": 10, "reward_mean": 1.0}}
-    assert select_guidelines(plain, cfg=cfg) == [cfg.line_for(T.STATE_MISMATCH)]
     assert select_guidelines(CapabilityState(), cfg=cfg) == []
 
 
@@ -150,8 +147,6 @@ def test_select_guidelines_by_category_and_window() -> None:
     s.observe("multi_turn_base", "multi_turn_base_0", 1.0, True, [T.PASS] * 9, 1, 99)
     assert select_guidelines(s, cfg=cfg) == []  # window (all passes) wins over the totals
     assert select_guidelines(s, category="multi_turn_miss_func", cfg=cfg) != []  # window lacks it -> totals
-    with pytest.raises(ValueError, match="category"):
-        select_guidelines({"pass": {"count": 1, "reward_mean": 1}}, category="x", cfg=cfg)
 
 
 def test_render_guidelines() -> None:

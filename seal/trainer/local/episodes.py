@@ -49,7 +49,6 @@ class Episode:
 
     # The record's fields the trainer reads, read-only.
     task_id = _of_result("task_id")
-    category = _of_result("category")
     reward = _of_result("reward")
     tags = _of_result("tags")
     env_fault = _of_result("env_fault")
@@ -71,19 +70,18 @@ def episode_from_output(job: EpisodeJob, out: Any) -> Episode:
 
 async def play_episode(runner: Any, job: EpisodeJob, sampling_params: Mapping[str, Any],
                        env_params: Mapping[str, Any], *, rollout_mode: str,
-                       to_episode: Callable[[EpisodeJob, Any], Episode],
                        extra_info: Mapping[str, Any] | None = None) -> Episode:
     """Play ``job`` once; the job's category reaches the runner, whose record of an episode
     that never got an instance keeps it."""
     out = await runner.run(dict(sampling_params), task_id=job.task_id, category=job.category,
                            rollout_mode=rollout_mode, env_params=dict(env_params), extra_info=dict(extra_info or {}))
-    return to_episode(job, out)
+    return episode_from_output(job, out)
 
 
 async def play_all(runner: Any, jobs: Sequence[EpisodeJob], sampling_params: Mapping[str, Any],
                    env_params_for: Callable[[EpisodeJob], Mapping[str, Any]], *, rollout_mode: str,
-                   to_episode: Callable[[EpisodeJob, Any], Episode], max_concurrency: int, desc: str,
-                   show_progress: bool = True, extra_info: Mapping[str, Any] | None = None) -> list[Episode]:
+                   max_concurrency: int, desc: str, show_progress: bool = True,
+                   extra_info: Mapping[str, Any] | None = None) -> list[Episode]:
     """Play every job concurrently (at most ``max_concurrency`` at once); results in job order."""
     sem = asyncio.Semaphore(max(1, max_concurrency))
     bar = tqdm(total=len(jobs), desc=desc, leave=False, disable=not show_progress)
@@ -91,7 +89,7 @@ async def play_all(runner: Any, jobs: Sequence[EpisodeJob], sampling_params: Map
     async def one(job: EpisodeJob) -> Episode:
         async with sem:
             ep = await play_episode(runner, job, sampling_params, env_params_for(job), rollout_mode=rollout_mode,
-                                    to_episode=to_episode, extra_info=extra_info)
+                                    extra_info=extra_info)
         bar.update(1)
         return ep
 

@@ -30,7 +30,7 @@ from seal.rollout.prompt_length import prompt_token_counter
 from seal.schema import LocalKeys, block
 from seal.trainer.step_rules import episode_metrics, select_trainable
 from seal.trainer.tasks import select_task_ids
-from seal.trainer.local.episodes import Episode, EpisodeJob, episode_from_output, play_all
+from seal.trainer.local.episodes import Episode, EpisodeJob, play_all
 from seal.trainer.local.metrics import MetricsLogger
 from seal.trainer.local.policy import LossSettings, frozen_copy, load_policy, resolve_device
 from seal.trainer.local.update import build_batch, grpo_advantages_verl, policy_update
@@ -149,9 +149,8 @@ class LocalTrainer:
         ``sampling``: per-call settings instead of :meth:`sampling_params`'s."""
         coro = play_all(self.runner, jobs, sampling or self.sampling_params(train=train),
                         lambda job: self.coevolution.env_params(train=train, category=job.category),
-                        rollout_mode=ROLLOUT_MODES[train], to_episode=episode_from_output,
-                        max_concurrency=self.local.max_concurrent_episodes, desc=desc,
-                        show_progress=self.local.progress_bars, extra_info={"epoch": epoch})
+                        rollout_mode=ROLLOUT_MODES[train], max_concurrency=self.local.max_concurrent_episodes,
+                        desc=desc, show_progress=self.local.progress_bars, extra_info={"epoch": epoch})
         return self.loop.run_until_complete(coro)
 
     def check_faults(self, episodes: Sequence[Episode], step: int) -> None:

@@ -11,13 +11,12 @@ import contextlib
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from seal.config_base import REPO_ROOT, ConfigError, check_hub_model, looks_local
+from seal.config_base import ConfigError, check_hub_model, looks_local, resolve_path
 from seal.engine.precision import resolve_autocast
 
 # KL estimators (verl's kl_penalty names) whose gradient vanishes where the policy equals the
@@ -44,11 +43,7 @@ def autocast_context(device: torch.device, mode: str) -> contextlib.AbstractCont
 
 def model_path(cfg: DictConfig) -> str:
     """``actor_rollout_ref.model.path``; a relative path is tried against the project root too."""
-    path = str(cfg.actor_rollout_ref.model.path)
-    p = Path(path)
-    if not p.is_absolute() and not p.exists() and (REPO_ROOT / p).exists():
-        return str(REPO_ROOT / p)
-    return path
+    return str(resolve_path(str(cfg.actor_rollout_ref.model.path)))
 
 
 def load_policy(cfg: DictConfig, device: torch.device) -> tuple[Any, Any]:

@@ -56,7 +56,6 @@ def grpo_advantages_verl(batch: Batch, *, norm_by_std: bool) -> torch.Tensor:
 
 
 def _minibatches(n_rows: int, size: int) -> list[list[int]]:
-    size = max(1, size)
     return [list(range(i, min(i + size, n_rows))) for i in range(0, n_rows, size)]
 
 

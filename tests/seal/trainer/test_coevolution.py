@@ -10,7 +10,8 @@ import torch
 import yaml
 from omegaconf import OmegaConf
 
-from seal.config import REPO_ROOT, compose_config, validate_config
+from seal.config import REPO_ROOT, compose_config
+from seal.config_check import check_config
 from seal.diagnosis.state import CapabilityState
 from seal.episode import EpisodeResult, Evaluation
 from seal.trainer.coevolution import HOOKS_FILE, STATE_FILE, CoEvolution
@@ -30,7 +31,7 @@ def _hooks(tmp_path, *overrides):
     for item in overrides:
         key, value = item.split("=", 1)
         OmegaConf.update(cfg, key, yaml.safe_load(value), merge=False)
-    validate_config(cfg)
+    check_config(cfg, full=False)
     return CoEvolution(cfg, tmp_path)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from env_service.client import EnvUnavailableError
 from seal.schema import default_config
-from seal.trainer.local.episodes import EpisodeJob, episode_from_output, play_episode
+from seal.trainer.local.episodes import EpisodeJob, play_episode
 
 
 class _DownClient:
@@ -38,7 +38,7 @@ def test_an_unreachable_environment_gives_a_fault_with_the_task_stores_category(
     async def go():
         runner = SealAgentLoop.for_local(cfg, _NoServer(), tokenizer, env_client=client)
         job = EpisodeJob("pantry-restock", uid="1:pantry-restock", sample=0, category="kitchen")
-        return await play_episode(runner, job, {}, {}, rollout_mode="sample", to_episode=episode_from_output)
+        return await play_episode(runner, job, {}, {}, rollout_mode="sample")
 
     episode = asyncio.run(go())
     assert client.creates == 3  # the runner played it 1 + seal.rollout.env_retries times
