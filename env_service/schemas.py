@@ -13,8 +13,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from env_service.kit.tasks import SPLITS
+
 PROTOCOL_VERSION = "1"
-SPLITS = ("train", "val", "test", "eval")
 MAX_NESTING = 64  # deepest a request body's objects and lists may nest (the body is level 1)
 
 
