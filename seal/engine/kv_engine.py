@@ -158,18 +158,9 @@ class PrefillItem:
         return len(self.tokens) - (self.reuse if self.entry is not None else 0)
 
 
-def prefill(model: Model, shape: KVShape, tokens: list[int], entry: Entry | None, reuse: int,
-            min_shared: int = DEFAULT_MIN_SHARED) -> tuple[Entry, torch.Tensor]:
-    """Compute the key/values of ``tokens`` reusing ``entry``'s first ``reuse`` positions.
-
-    Returns the context's entry and the next-token logits (V,), float32.
-    """
-    return prefill_padded(model, shape, [PrefillItem(tokens, entry, reuse)], min_shared)[0]
-
-
 def prefill_many(model: Model, shape: KVShape, items: list[PrefillItem], token_budget: int = 4096,
                  min_shared: int = DEFAULT_MIN_SHARED) -> list[tuple[Entry, torch.Tensor]]:
-    """:func:`prefill` for several contexts, rows with similar new-token counts in one forward.
+    """:func:`prefill_padded` for many contexts, rows with similar new-token counts in one forward.
 
     Rows are sorted by how many tokens they add and cut into chunks whose longest row is at most
     twice the shortest (plus 32), so padding wastes little, and whose padded size (rows x longest)

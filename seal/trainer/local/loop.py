@@ -102,7 +102,6 @@ class LocalTrainer:
                                    shuffle=bool(cfg.data.get("shuffle", True)))
         self.total_steps = self._total_steps()
         self.global_step = 0
-        self.last_metrics: dict[str, float] = {}
         # The release's best-validation-step keeping (trainer.save_best_checkpoint).
         self.best = BestCheckpointKeeper(self.checkpoint_root, BestCheckpointSettings.from_trainer_cfg(cfg.trainer))
         self._saved_step: int | None = None
@@ -310,7 +309,6 @@ class LocalTrainer:
                 if test_freq > 0 and (self.global_step % test_freq == 0 or last):
                     metrics.update(self.validate_and_keep_best(self.global_step))
                 log.log(self.global_step, metrics)
-                self.last_metrics = metrics
                 if (save_freq > 0 and self.global_step % save_freq == 0) or last:
                     self.save()
         finally:

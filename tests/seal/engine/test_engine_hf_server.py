@@ -10,9 +10,9 @@ from verl.workers.rollout.replica import TokenOutput
 
 from seal.engine.hf_server import HFServerManager, _Request, filter_scores, parse_sampling_params, sample_categorical
 from seal.engine.kv_cache import Entry, KVShape, PrefixStore
-from seal.engine.kv_engine import PrefillItem, prefill, prefill_many, prefill_padded
+from seal.engine.kv_engine import PrefillItem, prefill_many, prefill_padded
 
-from tiny_lm import EOS, VOCAB, _Tok, gather, tiny_model
+from tiny_lm import EOS, VOCAB, _Tok, gather, prefill, tiny_model
 
 
 def reference_logprobs(model: torch.nn.Module, prompt: list[int], tokens: list[int], temperature: float) -> torch.Tensor:

@@ -10,9 +10,9 @@ from seal.engine import attention, kv_engine
 from seal.engine.attention import PrefixGroup, prefix_attention, server_attention_for
 from seal.engine.hf_server import HFServerManager
 from seal.engine.kv_cache import Entry, KVShape
-from seal.engine.kv_engine import PrefillItem, decode, group_rows, prefill, prefill_padded, prefix_groups
+from seal.engine.kv_engine import PrefillItem, decode, group_rows, prefill_padded, prefix_groups
 
-from tiny_lm import _Tok, gather, tiny_model
+from tiny_lm import _Tok, gather, prefill, tiny_model
 
 HKV, G, D = 2, 3, 8  # grouped-query layout: 6 query heads share 2 key/value heads
 

@@ -9,6 +9,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from verl.workers.rollout.replica import TokenOutput
 
 from seal.engine.hf_server import HFServerManager
+from seal.engine.kv_engine import PrefillItem, prefill_padded
 
 VOCAB = 256
 EOS = 2
@@ -34,3 +35,8 @@ def gather(server: HFServerManager, prompts: list[list[int]], params: dict) -> l
         return list(await asyncio.gather(*(server.generate(f"r{i}", p, dict(params)) for i, p in enumerate(prompts))))
 
     return asyncio.run(go())
+
+
+def prefill(model, shape, tokens: list[int], entry, reuse: int):
+    """One context's prefill reusing ``entry``'s first ``reuse`` positions: (its entry, next-token logits)."""
+    return prefill_padded(model, shape, [PrefillItem(tokens, entry, reuse)])[0]
