@@ -180,7 +180,6 @@ class _Request:
     key: SamplingKey
     max_tokens: int
     future: asyncio.Future
-    arrived: float = field(default_factory=time.monotonic)
 
 
 @dataclass
