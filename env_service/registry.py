@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-DEFAULT_ENVIRONMENT = "bfcl"
+from seal_shared import DEFAULT_ENVIRONMENT
 
 # name -> the module that registers it on import.
 BUILTIN: dict[str, str] = {

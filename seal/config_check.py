@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from seal import config_values, schema
 from seal.config_base import ConfigError, looks_local, resolve_path, rule_error, show, to_plain, verl_config_dir
+from seal_shared import DEFAULT_ENVIRONMENT
 
 log = logging.getLogger(__name__)
 
@@ -390,7 +391,7 @@ def check_tasks(plain: dict[str, Any]) -> list[str]:
 
 def check_task_ids(ids: Sequence[str], key: str, env_name: str | None = None) -> None:
     """Every id must be in the task store of the environment (``env_service.env``; BFCL by default)."""
-    from env_service.registry import DEFAULT_ENVIRONMENT, get_environment
+    from env_service.registry import get_environment
 
     env = get_environment(env_name or DEFAULT_ENVIRONMENT)
     store = env.task_store()

@@ -20,12 +20,11 @@ from typing import Any, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 
-from env_service.registry import DEFAULT_ENVIRONMENT
 from seal.advantage.weights import APatchConfig
 from seal.config_base import BASE_YAML, FieldSpec, Rule, field_specs, select
 from seal.diagnosis.stats import DiagnosisConfig
 from seal.rewards import RewardConfig
-from seal_shared import DEFAULT_TIMEOUT_S
+from seal_shared import DEFAULT_ENVIRONMENT, DEFAULT_TIMEOUT_S
 from seal_shared.types import FailureTag
 
 SCHEMA_NAME = "seal_schema"

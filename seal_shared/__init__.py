@@ -14,3 +14,5 @@ Dependencies run one way: ``seal -> env_service`` (through its client) and both 
 
 # The environment client's request timeout (seconds): the client's default and the config's.
 DEFAULT_TIMEOUT_S = 60.0
+# The environment a config or a service names when it names none: the paper's BFCL.
+DEFAULT_ENVIRONMENT = "bfcl"

@@ -18,10 +18,11 @@ import torch
 from omegaconf import DictConfig
 from torch.utils.data import Dataset
 
-from env_service.registry import DEFAULT_ENVIRONMENT, get_environment
+from env_service.registry import get_environment
 
 from seal.config_base import ConfigError
 from seal.environment import environment_name
+from seal_shared import DEFAULT_ENVIRONMENT
 
 AGENT_NAME = "seal"
 ROLLOUT_MODES = ("sample", "validate")

@@ -71,8 +71,6 @@ class SealRayPPOTrainer(RayPPOTrainer):
         self.coevolution = CoEvolution(config, Path(exp_dir))
         self._best_checkpoints()  # a bad best-checkpoint setting fails here, not after the first validation
 
-    # ------------------------------------------------------------------ the step hook
-
     def _update_actor(self, batch: DataProto) -> DataProto:
         """SEAL's step (observe, A-Patch on ``advantages``), then verl's actor update.
 
@@ -116,8 +114,6 @@ class SealRayPPOTrainer(RayPPOTrainer):
         metrics.update(self.coevolution.step_metrics())
         return metrics
 
-    # ------------------------------------------------------------------ before the update
-
     def _compute_old_log_prob(self, batch: DataProto) -> tuple[DataProto, float]:
         """verl's old-policy log-probs, after the step rules zeroed the left-out rows' masks.
 
@@ -144,8 +140,6 @@ class SealRayPPOTrainer(RayPPOTrainer):
         left-out rows' masks); return whether any response token is left to train on."""
         select_rows(batch, n=int(self.config.actor_rollout_ref.rollout.n))
         return bool(batch.batch["response_mask"].any())
-
-    # ------------------------------------------------------------------ rollout inputs
 
     def _get_gen_batch(self, batch: DataProto) -> DataProto:
         """verl's generation batch plus what the episode runner reads beyond the task id.
@@ -174,8 +168,6 @@ class SealRayPPOTrainer(RayPPOTrainer):
         ntb["env_params"] = params
         return gen_batch
 
-    # ------------------------------------------------------------------ validation log
-
     def _dump_generations(self, inputs: list[str], outputs: list[str], gts: list[Any], scores: list[float],
                           reward_extra_infos_dict: dict[str, list[Any]], dump_path: str) -> None:
         """Write ``<dump_path>/<step>.jsonl`` in the project's validation-log format (:mod:`seal.eval.logs`).
@@ -198,8 +190,6 @@ class SealRayPPOTrainer(RayPPOTrainer):
         path.unlink(missing_ok=True)  # a re-run of the same step replaces its log
         writer.write_many(validation_records(list(records), scores, step=self.global_steps, generation=generation))
         logger.info("validation log: %d episodes in %s", len(scores), path)
-
-    # ------------------------------------------------------------------ checkpoints
 
     def _step_folder(self, step: int) -> Path:
         return Path(os.path.abspath(str(self.config.trainer.default_local_dir))) / f"global_step_{step}"
