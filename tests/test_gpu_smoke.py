@@ -152,22 +152,27 @@ def _tiny_model(folder: Path) -> Path:
     return folder
 
 
+def run_smoke(backend_args: list[str], tmp_path: Path, timeout: float) -> tuple[subprocess.CompletedProcess, set[str], Path]:
+    """The smoke script on a tiny model into ``tmp_path``: it must exit 0 with every check PASS.
+    Returns the finished process, the names of the checks and the log folder."""
+    if not (MODEL_DIR / "tokenizer.json").is_file():
+        pytest.skip("models/SmolLM2-135M-Instruct is not installed (run install.sh)")
+    logs = tmp_path / "logs"
+    model = _tiny_model(tmp_path / "tiny_model")
+    done = _run([*backend_args, "--name", "smoke", "--out", str(logs), "--port", str(_free_port()),
+                 "--model", str(model)], tmp_path, timeout=timeout)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    results = [line for line in done.stdout.splitlines() if line.startswith(("PASS  ", "FAIL  "))]
+    assert results and all(line.startswith("PASS  ") for line in results), "\n".join(results)
+    return done, {line[6:].split(":")[0] for line in results}, logs
+
+
 @pytest.mark.slow
 def test_the_smoke_script_runs_its_steps_resume_and_checks_on_cpu(tmp_path):
     """The script's whole path with the local backend (real launcher, HTTP environment service,
     trainer and checker; a tiny model): two steps, a resume for a third, every check PASS, logs
     and timings in the log folder."""
-    if not (MODEL_DIR / "tokenizer.json").is_file():
-        pytest.skip("models/SmolLM2-135M-Instruct is not installed (run install.sh)")
-    logs = tmp_path / "logs"
-    model = _tiny_model(tmp_path / "tiny_model")
-    done = _run(["--backend", "local", "--name", "smoke", "--out", str(logs), "--port", str(_free_port()),
-                 "--model", str(model)], tmp_path, timeout=600)
-    out = done.stdout + done.stderr
-    assert done.returncode == 0, out[-4000:]
-    results = [line for line in done.stdout.splitlines() if line.startswith(("PASS  ", "FAIL  "))]
-    assert results and all(line.startswith("PASS  ") for line in results), "\n".join(results)
-    names = {line[6:].split(":")[0] for line in results}
+    done, names, logs = run_smoke(["--backend", "local"], tmp_path, timeout=600)
     assert {"run files", "validation log step 0", "validation log step 2", "validation log step 3",
             "capability state", "epoch stats 0", "epoch stats 1", "epoch stats 2", "checkpoint step 1",
             "checkpoint step 2", "checkpoint step 3", "resume tracker", "diagnosis state per checkpoint",

@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-from test_gpu_smoke import MODEL_DIR, _free_port, _run, _tiny_model
+from test_gpu_smoke import MODEL_DIR, _free_port, _tiny_model, run_smoke
 
 from seal.config import REPO_ROOT
 
@@ -156,17 +156,7 @@ def test_the_cpu_smoke_runs_verls_own_fit_under_ray(tmp_path):
     worker on gloo, the agent-loop worker playing the seal agent loop against the HTTP service,
     the seal_cpu rollout replica; validation, two steps with a checkpoint each, a resume for the
     third, and every output check PASS."""
-    if not (MODEL_DIR / "tokenizer.json").is_file():
-        pytest.skip("models/SmolLM2-135M-Instruct is not installed (run install.sh)")
-    logs = tmp_path / "logs"
-    model = _tiny_model(tmp_path / "tiny_model")
-    done = _run(["--cpu", "--name", "smoke", "--out", str(logs), "--port", str(_free_port()), "--model", str(model)],
-                tmp_path, timeout=1200)
-    out = done.stdout + done.stderr
-    assert done.returncode == 0, out[-6000:]
-    results = [line for line in done.stdout.splitlines() if line.startswith(("PASS  ", "FAIL  "))]
-    assert results and all(line.startswith("PASS  ") for line in results), "\n".join(results)
-    names = {line[6:].split(":")[0] for line in results}
+    _, names, logs = run_smoke(["--cpu"], tmp_path, timeout=1200)
     assert {"validation log step 0", "validation log step 2", "validation log step 3", "capability state",
             "checkpoint step 1", "checkpoint step 2", "checkpoint step 3", "resume tracker"} <= names, names
     train_log = (logs / "smoke_train.log").read_text()
