@@ -34,6 +34,9 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 mkdir -p "$STAMPS"
 PIP="$VENV/bin/python -m pip --disable-pip-version-check"
+# --no-compile: pip's byte-compile of every installed module (torch, Ray, transformers, verl: ~19k
+# files) costs about 80 s of CPU; Python compiles and caches the modules a run imports instead.
+INSTALL="$PIP install -q --no-compile"
 
 # stage NAME INPUT...: true when the inputs changed since the last successful run of NAME
 stage_due() {
@@ -46,9 +49,9 @@ stage_done() { mv "$STAMPS/$1.pending" "$STAMPS/$1"; }
 
 if [ "$GPU" = 0 ] && stage_due core requirements.txt; then
   echo "[install] core requirements (torch==2.13.0 CPU build, transformers, verl, fastapi, ...)"
-  $PIP install -q -r requirements.txt
+  $INSTALL -r requirements.txt
   # bfcl-eval's full dependency set drags in a CUDA torch: take the package alone (+ mpmath above).
-  $PIP install -q --no-deps "bfcl-eval==$BFCL_EVAL_VERSION"
+  $INSTALL --no-deps "bfcl-eval==$BFCL_EVAL_VERSION"
   stage_done core
 fi
 
@@ -56,8 +59,8 @@ fi
 # place of the CPU ones), resolved as a whole in CI by tests/test_requirements_gpu.py.
 if [ "$GPU" = 1 ] && stage_due gpu requirements-gpu.txt; then
   echo "[install] GPU set (verl[vllm], vLLM, torch 2.11.0 CUDA build, the project's dependencies)"
-  $PIP install -q -r requirements-gpu.txt
-  $PIP install -q --no-deps "bfcl-eval==$BFCL_EVAL_VERSION"
+  $INSTALL -r requirements-gpu.txt
+  $INSTALL --no-deps "bfcl-eval==$BFCL_EVAL_VERSION"
   stage_done gpu
 fi
 
@@ -66,13 +69,13 @@ fi
 if [ "$FLASH_ATTN" = 1 ] && stage_due flash-attn requirements-gpu.txt; then
   command -v nvcc >/dev/null || { echo "install.sh: --flash-attn needs nvcc (CUDA 13.0 toolkit) on PATH; or leave --flash-attn out to run with sdpa" >&2; exit 1; }
   echo "[install] flash-attn $FLASH_ATTN_VERSION (compiles: 30-60 min on 16 cores; MAX_JOBS=${MAX_JOBS:-8})"
-  MAX_JOBS=${MAX_JOBS:-8} $PIP install -q --no-build-isolation "flash-attn==$FLASH_ATTN_VERSION"
+  MAX_JOBS=${MAX_JOBS:-8} $INSTALL --no-build-isolation "flash-attn==$FLASH_ATTN_VERSION"
   stage_done flash-attn
 fi
 
 if stage_due package pyproject.toml; then
   echo "[install] this project (editable)"
-  $PIP install -q --no-deps --no-build-isolation -e .
+  $INSTALL --no-deps --no-build-isolation -e .
   stage_done package
 fi
 

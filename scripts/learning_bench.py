@@ -195,13 +195,20 @@ def t_interval(diffs: list[float]) -> tuple[float, float, float]:
     return m, m - half, m + half
 
 
-def paired_bootstrap(a: list[RunResult], b: list[RunResult], *, resamples: int = 10000) -> tuple[float, float]:
-    """95 % interval of mean(after score of b − a) over (seed, task) pairs, resampled with replacement."""
+def paired_bootstrap(a: list[RunResult], b: list[RunResult], *, sampled: bool = False,
+                     resamples: int = 10000) -> tuple[float, float]:
+    """95 % interval of mean(after score of b − a) over (seed, task) pairs, resampled with
+    replacement; ``sampled``: each task's pass fraction over its sampled episodes."""
     pairs = []
     for ra, rb in zip(a, b):
-        pairs += [rb.val_scores_after[t] - ra.val_scores_after[t] for t in ra.val_scores_after
-                  if t in rb.val_scores_after]
+        pairs += paired_diffs(ra, rb, sampled=sampled)
     return bootstrap_mean(pairs, resamples=resamples)
+
+
+def paired_diffs(ra: RunResult, rb: RunResult, *, sampled: bool) -> list[float]:
+    """Per task, ``rb``'s score after training minus ``ra``'s (greedy, or the sampled fraction)."""
+    sa, sb = (ra.sampled_after, rb.sampled_after) if sampled else (ra.val_scores_after, rb.val_scores_after)
+    return [sb[t] - sa[t] for t in sa if t in sb]
 
 
 def rl_gain(runs: list[RunResult], *, sampled: bool) -> dict | None:
@@ -258,17 +265,31 @@ def report(results: dict[str, list[RunResult]]) -> dict:
                 summary.setdefault("rl_gain", {}).setdefault(variant, {})[label] = gain
     names = list(results)
     if len(names) == 2:
-        a, b = (sorted(results[n], key=lambda r: r.seed) for n in names)
-        diffs = [rb.val_after - ra.val_after for ra, rb in zip(a, b) if None not in (ra.val_after, rb.val_after)]
-        if diffs:
-            m, lo, hi = t_interval(diffs)
-            blo, bhi = paired_bootstrap(a, b)
-            print(f"\n{names[1]} - {names[0]}, held-out pass rate after training: {m:+.3f} "
-                  f"(95% t-interval over {len(diffs)} seeds [{lo:+.3f}, {hi:+.3f}]; paired bootstrap over "
-                  f"seed x task [{blo:+.3f}, {bhi:+.3f}])")
-            summary["difference"] = {"of": f"{names[1]} - {names[0]}", "mean": m, "t95": [lo, hi],
-                                     "bootstrap95": [blo, bhi], "per_seed": diffs}
+        difference(names, *(sorted(results[n], key=lambda r: r.seed) for n in names), summary)
     return summary
+
+
+def difference(names: list[str], a: list[RunResult], b: list[RunResult], summary: dict) -> None:
+    """The second variant minus the first after training: the greedy pass rate (t-interval over
+    seeds, paired bootstrap over seed x task), and the sampled pass fraction where it was measured."""
+    diffs = [rb.val_after - ra.val_after for ra, rb in zip(a, b) if None not in (ra.val_after, rb.val_after)]
+    if diffs:
+        m, lo, hi = t_interval(diffs)
+        blo, bhi = paired_bootstrap(a, b)
+        print(f"\n{names[1]} - {names[0]}, held-out pass rate after training: {m:+.3f} "
+              f"(95% t-interval over {len(diffs)} seeds [{lo:+.3f}, {hi:+.3f}]; paired bootstrap over "
+              f"seed x task [{blo:+.3f}, {bhi:+.3f}])")
+        summary["difference"] = {"of": f"{names[1]} - {names[0]}", "mean": m, "t95": [lo, hi],
+                                 "bootstrap95": [blo, bhi], "per_seed": diffs}
+    per_seed = [statistics.fmean(d) for d in (paired_diffs(ra, rb, sampled=True) for ra, rb in zip(a, b)) if d]
+    if per_seed:
+        m, lo, hi = t_interval(per_seed)
+        blo, bhi = paired_bootstrap(a, b, sampled=True)
+        print(f"{names[1]} - {names[0]}, sampled held-out pass fraction after training: {m:+.3f} "
+              f"(95% t-interval over {len(per_seed)} seeds [{lo:+.3f}, {hi:+.3f}]; paired bootstrap over "
+              f"seed x task [{blo:+.3f}, {bhi:+.3f}])")
+        summary["difference_sampled"] = {"of": f"{names[1]} - {names[0]}", "mean": m, "t95": [lo, hi],
+                                         "bootstrap95": [blo, bhi], "per_seed": per_seed}
 
 
 def plot(results: dict[str, list[RunResult]], path: Path) -> None:

@@ -87,3 +87,14 @@ def test_rls_own_gain_is_after_minus_before_per_seed_and_task(tmp_path: Path) ->
     assert gain["per_seed"] == [0.5, 0.25] and gain["mean"] == pytest.approx(0.375) and gain["pairs"] == 4
     assert 0.0 <= gain["bootstrap95"][0] <= 0.375 <= gain["bootstrap95"][1] <= 1.0
     assert lb.rl_gain([lb.RunResult("seal", 2)], sampled=True) is None
+
+
+def test_the_sampled_difference_pairs_each_tasks_fraction(capsys) -> None:
+    a = [lb.RunResult("seal", s, val_after=0.5, sampled_after={"x": 0.0, "y": 0.5}) for s in (0, 1)]
+    b = [lb.RunResult("vanilla", s, val_after=0.5, sampled_after={"x": 0.5, "y": 1.0}) for s in (0, 1)]
+    summary: dict = {}
+    lb.difference(["seal", "vanilla"], a, b, summary)
+    assert summary["difference"]["mean"] == 0.0
+    assert summary["difference_sampled"]["per_seed"] == [0.5, 0.5]
+    assert summary["difference_sampled"]["bootstrap95"] == [0.5, 0.5]
+    assert "sampled held-out pass fraction after training: +0.500" in capsys.readouterr().out
