@@ -41,6 +41,11 @@ class RunResult:
     variant: str
     seed: int
     rewards: list[float] = field(default_factory=list)
+    # Per step: the fraction of the step's episodes whose advantage is non-zero (the rest sit in
+    # GRPO groups whose episodes all scored the same, and give no policy gradient).
+    signal: list[float] = field(default_factory=list)
+    # The KL-loss term at the last step: how far the policy has moved from the warm start.
+    kl_last: float | None = None
     updates: int = 0
     skipped_updates: int = 0
     val_before: float | None = None
@@ -82,6 +87,11 @@ def read_run(exp_dir: Path, variant: str, seed: int) -> RunResult:
             res.val_after = float(m["val/pass_rate"])
         if m["step"] >= 1 and "seal/reward_mean" in m:
             res.rewards.append(float(m["seal/reward_mean"]))
+            episodes = float(m.get("seal/trained_episodes") or 0)
+            if episodes:
+                res.signal.append(1.0 - float(m.get("actor/skipped_rows", 0)) / episodes)
+            if "actor/kl_loss" in m:
+                res.kl_last = float(m["actor/kl_loss"])
             done = int(m.get("actor/num_updates", 0)) - int(m.get("actor/skipped_updates", 0))
             res.updates += done
             res.skipped_updates += int(m.get("actor/skipped_updates", 0)) + (0 if "actor/num_updates" in m else 1)
@@ -245,8 +255,10 @@ def report(results: dict[str, list[RunResult]]) -> dict:
         print(f"\n== {variant}: {len(runs)} seeds")
         for r in runs:
             rw = " ".join(f"{x:.2f}" for x in r.rewards)
-            print(f"seed {r.seed}: reward per step [{rw}] | val {r.val_before} -> {r.val_after} | "
-                  f"updates {r.updates} (skipped {r.skipped_updates}) | {r.wall_s / 60:.1f} min")
+            sig = " ".join(f"{x:.2f}" for x in r.signal)
+            print(f"seed {r.seed}: reward per step [{rw}] | episodes with an advantage [{sig}] | "
+                  f"val {r.val_before} -> {r.val_after} | updates {r.updates} (skipped {r.skipped_updates}) | "
+                  f"KL at the last step {r.kl_last} | {r.wall_s / 60:.1f} min")
         steps = max((len(r.rewards) for r in runs), default=0)
         per_step = [mean_std([r.rewards[i] for r in runs if i < len(r.rewards)]) for i in range(steps)]
         print("reward per step (mean ± std over seeds): " + " | ".join(per_step))

@@ -22,8 +22,9 @@ def _fake_run(tmp: Path, rewards: list[float], val: tuple[float, float], scores:
     (exp / "validation_log").mkdir(parents=True)
     lines = [{"step": 0, "val/pass_rate": val[0]}]
     for i, r in enumerate(rewards, start=1):
-        m = {"step": i, "seal/reward_mean": r, "actor/num_updates": 1.0,
-             "actor/skipped_updates": 1.0 if i == skipped_step else 0.0}
+        m = {"step": i, "seal/reward_mean": r, "actor/num_updates": 1.0, "seal/trained_episodes": 4.0,
+             "actor/skipped_updates": 1.0 if i == skipped_step else 0.0,
+             "actor/skipped_rows": 4.0 if i == skipped_step else 1.0, "actor/kl_loss": 0.01 * i}
         if i == len(rewards):
             m["val/pass_rate"] = val[1]
         lines.append(m)
@@ -38,6 +39,7 @@ def test_a_run_is_read_as_the_trainer_wrote_it(tmp_path: Path) -> None:
     exp = _fake_run(tmp_path, [0.2, 0.3, 0.5], (0.4, 0.5), {"a": 1.0, "b": 0.0}, skipped_step=1)
     r = lb.read_run(exp, "seal", 3)
     assert r.rewards == [0.2, 0.3, 0.5] and (r.updates, r.skipped_updates) == (2, 1)
+    assert r.signal == [0.0, 0.75, 0.75] and r.kl_last == pytest.approx(0.03)
     assert (r.val_before, r.val_after) == (0.4, 0.5) and r.val_scores_after == {"a": 1.0, "b": 0.0}
     assert lb.finished(exp)
 
