@@ -15,6 +15,14 @@ exp/ablations/vanilla_rl.yaml: ``seal.enable=false`` and the environment's ``obs
 off; the reward mode stays the recipe's, so only SEAL's parts differ). ``NAME=k=v,k=v`` defines
 another. Every variant starts where the first one did: with a warm start, the later variants reuse
 the first one's checkpoint and RL tasks (:func:`same_start`). Writes ``<out>/summary.json``, ``<out>/learning.png`` and each run's log.
+
+``--share-before``: the validation before the first step runs once, in the first run; the others
+skip it (``trainer.val_before_train=false``) and are compared with it. Every run starts from the
+same weights, and validation never applies the training interface (``apply_to_validation: false``),
+so their before-validations would measure one policy again: on the short notes benchmark that is
+about 7 of each run's 17 minutes. The runs' gains then share one baseline, so they are not
+independent across seeds; the greedy baseline is deterministic up to batching, the sampled one
+is a single draw.
 """
 
 from __future__ import annotations
@@ -100,9 +108,18 @@ def read_run(exp_dir: Path, variant: str, seed: int) -> RunResult:
     return res
 
 
+def with_baseline(run: RunResult, baseline: RunResult) -> RunResult:
+    """``run`` (which skipped its own validation before training) with ``baseline``'s before-figures."""
+    if run.returncode == 0:
+        run.val_before = baseline.val_before
+        run.val_scores_before = dict(baseline.val_scores_before)
+        run.sampled_before = dict(baseline.sampled_before)
+    return run
+
+
 def first_and_last_scores(log_dir: Path) -> tuple[dict[str, float], dict[str, float]]:
-    """Each task's mean score (pass = 1) in the first and in the last validation log of a folder
-    (the run's validation before the first step and after the last); empty when there is none."""
+    """Each task's mean score (pass = 1) in the validation log before the first step (``0.jsonl``)
+    and in the last one after a step; each empty when there is none."""
     logs = sorted(log_dir.glob("*.jsonl"), key=lambda p: int(p.stem))
 
     def scores(path: Path) -> dict[str, float]:
@@ -113,7 +130,9 @@ def first_and_last_scores(log_dir: Path) -> tuple[dict[str, float], dict[str, fl
                 by_task.setdefault(row["task_id"], []).append(float(row["score"]))
         return {t: statistics.fmean(v) for t, v in by_task.items()}
 
-    return (scores(logs[0]), scores(logs[-1])) if len(logs) > 1 else ({}, {})
+    before = scores(logs[0]) if logs and int(logs[0].stem) == 0 else {}
+    after = scores(logs[-1]) if logs and int(logs[-1].stem) > 0 else {}
+    return before, after
 
 
 def same_start(conf: str, overrides: list[str], first_run: Path) -> list[str]:
@@ -340,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", nargs="+", default=["seal"],
                     help="seal, vanilla, or NAME=key=value,key=value (with two, their difference is reported)")
     ap.add_argument("--out", default=".bench/learning", help="logs, summary.json and learning.png")
+    ap.add_argument("--share-before", action="store_true",
+                    help="validate before training in the first run only; the others are compared with it")
     ap.add_argument("--reuse", action="store_true",
                     help="keep the figures of runs that already finished (their experiments/ folder) instead of rerunning")
     args = ap.parse_args(argv)
@@ -360,8 +381,12 @@ def main(argv: list[str] | None = None) -> int:
         if first is not None:
             extra = same_start(args.conf, overrides, ROOT / "experiments" / run_name(args.conf, first, args.seeds[0])) \
                 + extra
-        results[name] = [run_one(args.conf, name, extra, seed, out, overrides, reuse=args.reuse)
-                         for seed in args.seeds]
+        results[name] = []
+        for seed in args.seeds:
+            baseline = next((r for runs in results.values() for r in runs), None) if args.share_before else None
+            skip = ["trainer.val_before_train=false"] if baseline is not None else []
+            run = run_one(args.conf, name, extra + skip, seed, out, overrides, reuse=args.reuse)
+            results[name].append(with_baseline(run, baseline) if baseline is not None else run)
         first = first or name
     failed = [r for runs in results.values() for r in runs if r.returncode != 0]
     results = {k: [r for r in v if r.returncode == 0] for k, v in results.items()}

@@ -100,3 +100,20 @@ def test_the_sampled_difference_pairs_each_tasks_fraction(capsys) -> None:
     assert summary["difference_sampled"]["per_seed"] == [0.5, 0.5]
     assert summary["difference_sampled"]["bootstrap95"] == [0.5, 0.5]
     assert "sampled held-out pass fraction after training: +0.500" in capsys.readouterr().out
+
+
+def test_a_run_without_its_own_before_validation_takes_the_first_runs(tmp_path: Path) -> None:
+    """--share-before: a later run skips the validation before training (no step-0 log or metric);
+    its after-figures are its own, its before-figures the first run's."""
+    exp = _fake_run(tmp_path, [0.2, 0.3], (0.5, 0.75), {"a": 1.0, "b": 0.0})
+    (exp / "validation_log" / "0.jsonl").unlink()
+    lines = [json.loads(line) for line in (exp / "metrics.jsonl").read_text().splitlines()]
+    (exp / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in lines if m["step"] != 0))
+    run = lb.read_run(exp, "vanilla", 1)
+    assert run.val_before is None and run.val_scores_before == {} and run.val_scores_after == {"a": 1.0, "b": 0.0}
+    baseline = lb.RunResult("seal", 0, val_before=0.5, val_scores_before={"a": 0.0, "b": 1.0},
+                            sampled_before={"a": 0.5, "b": 0.5})
+    run = lb.with_baseline(run, baseline)
+    assert (run.val_before, run.val_after) == (0.5, 0.75)
+    assert lb.rl_gain([run], sampled=False)["mean"] == 0.0
+    assert run.sampled_before == {"a": 0.5, "b": 0.5}
