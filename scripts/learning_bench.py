@@ -109,8 +109,9 @@ def read_run(exp_dir: Path, variant: str, seed: int) -> RunResult:
 
 
 def with_baseline(run: RunResult, baseline: RunResult) -> RunResult:
-    """``run`` (which skipped its own validation before training) with ``baseline``'s before-figures."""
-    if run.returncode == 0:
+    """``run`` with ``baseline``'s before-figures where it has none of its own (it skipped its
+    validation before training)."""
+    if run.returncode == 0 and run.val_before is None:
         run.val_before = baseline.val_before
         run.val_scores_before = dict(baseline.val_scores_before)
         run.sampled_before = dict(baseline.sampled_before)

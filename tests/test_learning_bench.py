@@ -117,3 +117,5 @@ def test_a_run_without_its_own_before_validation_takes_the_first_runs(tmp_path: 
     assert (run.val_before, run.val_after) == (0.5, 0.75)
     assert lb.rl_gain([run], sampled=False)["mean"] == 0.0
     assert run.sampled_before == {"a": 0.5, "b": 0.5}
+    own = lb.RunResult("seal", 2, val_before=0.25, val_scores_before={"a": 1.0, "b": 1.0})
+    assert lb.with_baseline(own, baseline).val_scores_before == {"a": 1.0, "b": 1.0}  # a reused run keeps its own
