@@ -209,6 +209,14 @@ def run_one(conf: str, variant: str, extra: list[str], seed: int, out: Path, ove
     return res
 
 
+def flips(run: RunResult) -> tuple[int, int]:
+    """Held-out tasks the greedy policy passes after training and failed before, and the reverse:
+    RL that only adds noise moves about as many tasks each way."""
+    before, after = run.val_scores_before, run.val_scores_after
+    shared = [t for t in before if t in after]
+    return (sum(after[t] > before[t] for t in shared), sum(after[t] < before[t] for t in shared))
+
+
 def mean_std(xs: list[float]) -> str:
     xs = [x for x in xs if x is not None]
     if not xs:
@@ -276,9 +284,11 @@ def report(results: dict[str, list[RunResult]]) -> dict:
         for r in runs:
             rw = " ".join(f"{x:.2f}" for x in r.rewards)
             sig = " ".join(f"{x:.2f}" for x in r.signal)
+            won, lost = flips(r)
             print(f"seed {r.seed}: reward per step [{rw}] | episodes with an advantage [{sig}] | "
-                  f"val {r.val_before} -> {r.val_after} | updates {r.updates} (skipped {r.skipped_updates}) | "
-                  f"KL at the last step {r.kl_last} | {r.wall_s / 60:.1f} min")
+                  f"val {r.val_before} -> {r.val_after} (greedy: {won} tasks newly passed, {lost} newly failed) | "
+                  f"updates {r.updates} (skipped {r.skipped_updates}) | KL at the last step {r.kl_last} | "
+                  f"{r.wall_s / 60:.1f} min")
         steps = max((len(r.rewards) for r in runs), default=0)
         per_step = [mean_std([r.rewards[i] for r in runs if i < len(r.rewards)]) for i in range(steps)]
         print("reward per step (mean ± std over seeds): " + " | ".join(per_step))

@@ -84,6 +84,7 @@ def test_rls_own_gain_is_after_minus_before_per_seed_and_task(tmp_path: Path) ->
     assert r.sampled_after == {"a": 1.0, "b": 0.5}
     greedy = lb.rl_gain([r], sampled=False)
     assert greedy["mean"] == 0.0 and greedy["pairs"] == 2
+    assert lb.flips(r) == (1, 1)  # a newly passed, b newly failed
     gain = lb.rl_gain([r, lb.RunResult("seal", 1, sampled_before={"a": 0.25, "b": 0.5},
                                        sampled_after={"a": 0.75, "b": 0.5})], sampled=True)
     assert gain["per_seed"] == [0.5, 0.25] and gain["mean"] == pytest.approx(0.375) and gain["pairs"] == 4
