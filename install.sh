@@ -34,9 +34,17 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 mkdir -p "$STAMPS"
 PIP="$VENV/bin/python -m pip --disable-pip-version-check"
-# --no-compile: pip's byte-compile of every installed module (torch, Ray, transformers, verl: ~19k
-# files) costs about 80 s of CPU; Python compiles and caches the modules a run imports instead.
+# pip byte-compiles the ~19k installed modules (torch, Ray, transformers, verl) one by one: about
+# 80 s of one core. compile_packages does it on every core instead, once all are in. The cached
+# bytecode matters: with PYTHONDONTWRITEBYTECODE set, a module without it is compiled again in
+# every process that imports it.
 INSTALL="$PIP install -q --no-compile"
+compile_packages() {
+  local site; site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  # Some packages ship files that are not meant to compile (templates, other Python versions'
+  # code); pip skips them silently, and so does this.
+  "$VENV/bin/python" -m compileall -q -j 0 "$site" >/dev/null 2>&1 || true
+}
 
 # stage NAME INPUT...: true when the inputs changed since the last successful run of NAME
 stage_due() {
@@ -52,6 +60,7 @@ if [ "$GPU" = 0 ] && stage_due core requirements.txt; then
   $INSTALL -r requirements.txt
   # bfcl-eval's full dependency set drags in a CUDA torch: take the package alone (+ mpmath above).
   $INSTALL --no-deps "bfcl-eval==$BFCL_EVAL_VERSION"
+  compile_packages
   stage_done core
 fi
 
@@ -61,6 +70,7 @@ if [ "$GPU" = 1 ] && stage_due gpu requirements-gpu.txt; then
   echo "[install] GPU set (verl[vllm], vLLM, torch 2.11.0 CUDA build, the project's dependencies)"
   $INSTALL -r requirements-gpu.txt
   $INSTALL --no-deps "bfcl-eval==$BFCL_EVAL_VERSION"
+  compile_packages
   stage_done gpu
 fi
 
