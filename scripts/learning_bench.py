@@ -314,24 +314,20 @@ def report(results: dict[str, list[RunResult]]) -> dict:
 def difference(names: list[str], a: list[RunResult], b: list[RunResult], summary: dict) -> None:
     """The second variant minus the first after training: the greedy pass rate (t-interval over
     seeds, paired bootstrap over seed x task), and the sampled pass fraction where it was measured."""
-    diffs = [rb.val_after - ra.val_after for ra, rb in zip(a, b) if None not in (ra.val_after, rb.val_after)]
-    if diffs:
-        m, lo, hi = t_interval(diffs)
-        blo, bhi = paired_bootstrap(a, b)
-        print(f"\n{names[1]} - {names[0]}, held-out pass rate after training: {m:+.3f} "
-              f"(95% t-interval over {len(diffs)} seeds [{lo:+.3f}, {hi:+.3f}]; paired bootstrap over "
-              f"seed x task [{blo:+.3f}, {bhi:+.3f}])")
-        summary["difference"] = {"of": f"{names[1]} - {names[0]}", "mean": m, "t95": [lo, hi],
-                                 "bootstrap95": [blo, bhi], "per_seed": diffs}
-    per_seed = [statistics.fmean(d) for d in (paired_diffs(ra, rb, sampled=True) for ra, rb in zip(a, b)) if d]
-    if per_seed:
+    greedy = [rb.val_after - ra.val_after for ra, rb in zip(a, b) if None not in (ra.val_after, rb.val_after)]
+    sampled = [statistics.fmean(d) for d in (paired_diffs(ra, rb, sampled=True) for ra, rb in zip(a, b)) if d]
+    for per_seed, is_sampled, what, key in ((greedy, False, "\n", "difference"),
+                                            (sampled, True, "", "difference_sampled")):
+        if not per_seed:
+            continue
         m, lo, hi = t_interval(per_seed)
-        blo, bhi = paired_bootstrap(a, b, sampled=True)
-        print(f"{names[1]} - {names[0]}, sampled held-out pass fraction after training: {m:+.3f} "
+        blo, bhi = paired_bootstrap(a, b, sampled=is_sampled)
+        label = "sampled held-out pass fraction" if is_sampled else "held-out pass rate"
+        print(f"{what}{names[1]} - {names[0]}, {label} after training: {m:+.3f} "
               f"(95% t-interval over {len(per_seed)} seeds [{lo:+.3f}, {hi:+.3f}]; paired bootstrap over "
               f"seed x task [{blo:+.3f}, {bhi:+.3f}])")
-        summary["difference_sampled"] = {"of": f"{names[1]} - {names[0]}", "mean": m, "t95": [lo, hi],
-                                         "bootstrap95": [blo, bhi], "per_seed": per_seed}
+        summary[key] = {"of": f"{names[1]} - {names[0]}", "mean": m, "t95": [lo, hi],
+                        "bootstrap95": [blo, bhi], "per_seed": per_seed}
 
 
 def plot(results: dict[str, list[RunResult]], path: Path) -> None:
