@@ -3,7 +3,7 @@
 # third step, then check every output (scripts/check_run_outputs.py: one PASS/FAIL line per check).
 #
 #   bash scripts/gpu_smoke.sh [--cpu | --backend verl|local] [--name NAME] [--out DIR] [--model PATH]
-#                             [--port PORT] [-- key=value ...]
+#                             [--port PORT] [--phase all|train|resume] [-- key=value ...]
 #
 #   --backend  verl (default; one CUDA GPU, install.sh --gpu) or local: the same two steps, resume
 #              and checks on the CPU with the local backend and quickstart-sized settings
@@ -14,6 +14,9 @@
 #   --out      where the logs and timings go (default experiments/<name>)
 #   --model    actor_rollout_ref.model.path (default: the config's, models/SmolLM2-135M-Instruct)
 #   --port     the environment service's port (default: the config's, 8082)
+#   --phase    all (default); train: only the first run (two steps); resume: only the resumed run
+#              and the checks, on the experiment --name that a train phase left (for a machine
+#              that cannot hold one call for both runs)
 #   after --   more Hydra overrides for both runs
 #
 # Runs in the current folder (experiments/<name>/ is created there); PYTHON picks the interpreter
@@ -28,6 +31,7 @@ NAME=""
 OUT=""
 MODEL=""
 PORT=""
+PHASE=all
 EXTRA=()
 
 die() { echo "gpu_smoke: error: $*" >&2; exit 1; }
@@ -35,21 +39,24 @@ usage_error() { echo "gpu_smoke: $* (see: bash scripts/gpu_smoke.sh --help)" >&2
 
 while [ $# -gt 0 ]; do
   case "$1" in
-    --backend|--name|--out|--model|--port)
+    --backend|--name|--out|--model|--port|--phase)
       [ $# -ge 2 ] || usage_error "$1 needs a value"
       case "$1" in
         --backend) BACKEND=$2 ;; --name) NAME=$2 ;; --out) OUT=$2 ;; --model) MODEL=$2 ;; --port) PORT=$2 ;;
+        --phase) PHASE=$2 ;;
       esac
       shift 2 ;;
     --) shift; EXTRA=("$@"); break ;;
     --cpu) BACKEND=cpu; shift ;;
-    -h|--help) sed -n 2,21p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,24p "$0"; exit 0 ;;
     *) usage_error "unknown option '$1'" ;;
   esac
 done
 case "$BACKEND" in verl|local) ;; cpu) CONF="$ROOT/exp/verl_cpu.yaml" ;;
   *) usage_error "--backend $BACKEND: choose verl or local (or --cpu)" ;; esac
 [ -z "$PORT" ] || [[ "$PORT" =~ ^[0-9]+$ ]] || usage_error "--port $PORT: expected a number"
+case "$PHASE" in all|train) ;; resume) [ -n "$NAME" ] || usage_error "--phase resume needs the train phase's --name" ;;
+  *) usage_error "--phase $PHASE: choose all, train or resume" ;; esac
 
 PY=${PYTHON:-$ROOT/.venv/bin/python}
 [ -x "$PY" ] || command -v "$PY" >/dev/null || die "no Python at $PY: run bash install.sh first (or set PYTHON)"
@@ -64,7 +71,11 @@ fi
 
 NAME=${NAME:-gpu_smoke_$(date +%Y%m%d_%H%M%S)}
 EXP="experiments/$NAME"
-[ ! -e "$EXP" ] || die "$EXP already exists: give a new --name (the smoke needs a fresh experiment folder)"
+if [ "$PHASE" = resume ]; then
+  [ -d "$EXP" ] || die "$EXP does not exist: run --phase train --name $NAME first"
+else
+  [ ! -e "$EXP" ] || die "$EXP already exists: give a new --name (the smoke needs a fresh experiment folder)"
+fi
 
 OVERRIDES=("trainer.experiment_name=$NAME")
 [ -z "$MODEL" ] || OVERRIDES+=("actor_rollout_ref.model.path=$MODEL")
@@ -179,7 +190,13 @@ T0=$SECONDS
 echo "gpu_smoke: backend $BACKEND, experiment $EXP, logs in $OUT"
 echo "gpu_smoke: expecting validation at steps $VAL_STEPS, checkpoints at $CKPT_STEPS, epoch stats $EPOCHS," \
      "$EPISODES training episodes a step, $VAL_TASKS validation tasks"
-phase train "${OVERRIDES[@]}"
+[ "$PHASE" = resume ] || phase train "${OVERRIDES[@]}"
+if [ "$PHASE" = train ]; then
+  timings | tee "$OUT/smoke_timings.txt"
+  echo "gpu_smoke: train phase done in $((SECONDS - T0)) s; next: bash scripts/gpu_smoke.sh --phase resume --name $NAME" \
+       "(with the same options)"
+  exit 0
+fi
 phase resume "${OVERRIDES[@]}" "${RESUME[@]}"
 
 CHECK=("$EXP" --steps 3 --resumed-from 2 --val-steps "$VAL_STEPS" --ckpt-steps "$CKPT_STEPS"
@@ -191,7 +208,8 @@ t0=$SECONDS
 rc=0
 "$PY" "$ROOT/scripts/check_run_outputs.py" "${CHECK[@]}" 2>&1 | tee "$OUT/smoke_check.log" || rc=$?
 WALL+=("check $((SECONDS - t0))")
-timings | tee "$OUT/smoke_timings.txt"
+# A resume phase adds its timings to those its train phase wrote.
+if [ "$PHASE" = resume ]; then timings | tee -a "$OUT/smoke_timings.txt"; else timings | tee "$OUT/smoke_timings.txt"; fi
 if [ "$rc" != 0 ]; then
   echo "gpu_smoke: FAILED ($(grep -c '^FAIL' "$OUT/smoke_check.log") failing checks, $((SECONDS - T0)) s); logs in $OUT"
   exit 1

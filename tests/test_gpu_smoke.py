@@ -98,7 +98,9 @@ def test_the_script_refuses_a_bad_option_with_one_line(tmp_path):
     for args, expected in ((["--backend", "tpu"], "--backend tpu: choose verl or local"),
                            (["--frobnicate"], "unknown option '--frobnicate'"),
                            (["--port", "http"], "--port http: expected a number"),
-                           (["--name"], "--name needs a value")):
+                           (["--name"], "--name needs a value"),
+                           (["--phase", "eval"], "--phase eval: choose all, train or resume"),
+                           (["--phase", "resume"], "--phase resume needs the train phase's --name")):
         done = _run(args, tmp_path)
         assert done.returncode == 2, done.stderr
         assert done.stderr.count("\n") == 1 and expected in done.stderr
@@ -120,6 +122,14 @@ def test_the_script_wants_a_fresh_experiment_folder(tmp_path):
     assert done.returncode == 1
     assert "experiments/taken already exists: give a new --name" in done.stderr
     assert list((tmp_path / "experiments" / "taken").iterdir()) == []
+
+
+def test_a_resume_phase_wants_the_train_phases_folder(tmp_path):
+    done = _run(["--backend", "local", "--phase", "resume", "--name", "never_trained"], tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.strip() == ("gpu_smoke: error: experiments/never_trained does not exist: "
+                                   "run --phase train --name never_trained first")
+    assert not (tmp_path / "experiments").exists()
 
 
 def test_a_config_the_smoke_cannot_check_stops_it_before_any_run(tmp_path):
@@ -152,16 +162,19 @@ def _tiny_model(folder: Path) -> Path:
     return folder
 
 
-def run_smoke(backend_args: list[str], tmp_path: Path, timeout: float) -> tuple[subprocess.CompletedProcess, set[str], Path]:
-    """The smoke script on a tiny model into ``tmp_path``: it must exit 0 with every check PASS.
-    Returns the finished process, the names of the checks and the log folder."""
+def run_smoke(backend_args: list[str], tmp_path: Path, timeout: float,
+              phases: tuple[str, ...] = ("all",)) -> tuple[subprocess.CompletedProcess, set[str], Path]:
+    """The smoke script on a tiny model into ``tmp_path``, once per ``--phase`` of ``phases``: each
+    call must exit 0, the last with every check PASS. Returns the last finished process, the names
+    of the checks and the log folder."""
     if not (MODEL_DIR / "tokenizer.json").is_file():
         pytest.skip("models/SmolLM2-135M-Instruct is not installed (run install.sh)")
     logs = tmp_path / "logs"
     model = _tiny_model(tmp_path / "tiny_model")
-    done = _run([*backend_args, "--name", "smoke", "--out", str(logs), "--port", str(_free_port()),
-                 "--model", str(model)], tmp_path, timeout=timeout)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    for phase in phases:
+        done = _run([*backend_args, "--phase", phase, "--name", "smoke", "--out", str(logs),
+                     "--port", str(_free_port()), "--model", str(model)], tmp_path, timeout=timeout)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
     results = [line for line in done.stdout.splitlines() if line.startswith(("PASS  ", "FAIL  "))]
     assert results and all(line.startswith("PASS  ") for line in results), "\n".join(results)
     return done, {line[6:].split(":")[0] for line in results}, logs
@@ -170,9 +183,9 @@ def run_smoke(backend_args: list[str], tmp_path: Path, timeout: float) -> tuple[
 @pytest.mark.slow
 def test_the_smoke_script_runs_its_steps_resume_and_checks_on_cpu(tmp_path):
     """The script's whole path with the local backend (real launcher, HTTP environment service,
-    trainer and checker; a tiny model): two steps, a resume for a third, every check PASS, logs
-    and timings in the log folder."""
-    done, names, logs = run_smoke(["--backend", "local"], tmp_path, timeout=600)
+    trainer and checker; a tiny model), as two calls (``--phase train``, then ``--phase resume``):
+    two steps, a resume for a third, every check PASS, logs and both runs' timings in the log folder."""
+    done, names, logs = run_smoke(["--backend", "local"], tmp_path, timeout=600, phases=("train", "resume"))
     assert {"run files", "validation log step 0", "validation log step 2", "validation log step 3",
             "capability state", "epoch stats 0", "epoch stats 1", "epoch stats 2", "checkpoint step 1",
             "checkpoint step 2", "checkpoint step 3", "resume tracker", "diagnosis state per checkpoint",
