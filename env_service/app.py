@@ -18,7 +18,7 @@ import inspect
 import logging
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -302,6 +302,29 @@ def _add_compat_routes(app: FastAPI, service: EnvService) -> None:
         return JSONResponse({"success": await service.release(_require_instance(req)), "data": None})
 
 
+# The typed POST routes: /v1/<name> takes the request model and answers the service's v1_<name>.
+_V1_POSTS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
+    "create": (schemas.CreateRequest, schemas.CreateResponse),
+    "step": (schemas.StepRequest, schemas.StepResponse),
+    "evaluate": (schemas.EvaluateRequest, schemas.EvaluateResponse),
+    "release": (schemas.InstanceRequest, schemas.ReleaseResponse),
+    "info": (schemas.InstanceRequest, schemas.InfoResponse),
+    "profile": (schemas.ProfileRequest, schemas.ProfileResponse),
+    "catalogue": (schemas.CatalogueRequest, schemas.CatalogueResponse),
+    "check_params": (schemas.ParamsCheckRequest, schemas.ParamsCheckResponse),
+    "oracle": (schemas.OracleRequest, schemas.OracleResponse),
+    "judge": (schemas.JudgeRequest, schemas.EvaluateResponse),
+}
+
+
+def _v1_endpoint(handler: Callable[[Any], Awaitable[BaseModel]], request: type[BaseModel]) -> Callable[..., Any]:
+    async def endpoint(req: Any) -> Response:
+        return _typed(await handler(req))
+
+    endpoint.__annotations__ = {"req": request, "return": Response}  # FastAPI reads the body model here
+    return endpoint
+
+
 def _add_v1_routes(app: FastAPI, service: EnvService) -> None:
     kw: dict[str, Any] = {"responses": _ERRORS, "tags": ["v1"]}
 
@@ -309,29 +332,9 @@ def _add_v1_routes(app: FastAPI, service: EnvService) -> None:
     async def v1_healthz() -> Response:
         return _typed(service.health())
 
-    @app.post("/v1/create", response_model=schemas.CreateResponse, **kw)
-    async def v1_create(req: schemas.CreateRequest) -> Response:
-        return _typed(await service.v1_create(req))
-
-    @app.post("/v1/step", response_model=schemas.StepResponse, **kw)
-    async def v1_step(req: schemas.StepRequest) -> Response:
-        return _typed(await service.v1_step(req))
-
-    @app.post("/v1/evaluate", response_model=schemas.EvaluateResponse, **kw)
-    async def v1_evaluate(req: schemas.EvaluateRequest) -> Response:
-        return _typed(await service.v1_evaluate(req))
-
-    @app.post("/v1/release", response_model=schemas.ReleaseResponse, **kw)
-    async def v1_release(req: schemas.InstanceRequest) -> Response:
-        return _typed(await service.v1_release(req))
-
-    @app.post("/v1/info", response_model=schemas.InfoResponse, **kw)
-    async def v1_info(req: schemas.InstanceRequest) -> Response:
-        return _typed(await service.v1_info(req))
-
-    @app.post("/v1/profile", response_model=schemas.ProfileResponse, **kw)
-    async def v1_profile(req: schemas.ProfileRequest) -> Response:
-        return _typed(await service.v1_profile(req))
+    for name, (request, response) in _V1_POSTS.items():
+        app.post(f"/v1/{name}", response_model=response, name=f"v1_{name}", **kw)(
+            _v1_endpoint(getattr(service, f"v1_{name}"), request))
 
     @app.get("/v1/metrics", response_model=schemas.MetricsResponse, tags=["v1"])
     @app.get("/metrics", response_model=schemas.MetricsResponse, tags=["metrics"])

@@ -31,7 +31,7 @@ import threading
 import time
 import uuid
 import zlib
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -202,6 +202,61 @@ def _decode(response: httpx.Response, url: str) -> Any:
     return response.text
 
 
+def known_environments() -> list[str]:
+    """The environment names a service of this process could serve (built in, or registered by an
+    imported plug-in)."""
+    from env_service.registry import known_environments as names
+
+    return names()
+
+
+def registry_changes() -> int:
+    """A count that changes whenever an environment is registered or removed in this process: key
+    a cache of an in-process service's answers by it."""
+    from env_service.registry import registry_changes as changes
+
+    return changes()
+
+
+@dataclass(frozen=True)
+class EnvCatalogue:
+    """An environment's catalogue (``/v1/catalogue``): what a trainer reads of it without an episode."""
+
+    name: str
+    description: str
+    example_task_id: str
+    interface_blocks: tuple[str, ...]
+    splits: Mapping[str, list[str]]
+    categories: Mapping[str, str]
+    tool_parameters: Mapping[str, list[str]]
+
+    @classmethod
+    def from_wire(cls, out: schemas.CatalogueResponse) -> EnvCatalogue:
+        return cls(out.env, out.description, out.example_task_id, tuple(out.interface_blocks), out.splits,
+                   out.categories, out.tool_parameters)
+
+    def __contains__(self, task_id: object) -> bool:
+        return task_id in self.categories
+
+    def ids(self) -> list[str]:
+        return list(self.categories)
+
+    def load_split(self, split: str) -> list[str]:
+        """The ids of ``train``, ``val``, ``test`` or ``eval`` (val and test), as the environment splits them."""
+        if split not in self.splits:
+            raise ValueError(f"unknown split {split!r}; expected one of {', '.join(self.splits)}")
+        return list(self.splits[split])
+
+    def categories_of(self, task_ids: Sequence[str]) -> dict[str, str]:
+        """``task_id -> category``; ``KeyError`` naming the first unknown id."""
+        out = {}
+        for tid in task_ids:
+            if tid not in self.categories:
+                raise KeyError(f"unknown {self.name} task id {tid!r} (ids look like {self.example_task_id!r})")
+            out[tid] = self.categories[tid]
+        return out
+
+
 class _InProcessTransport:
     """Runs an :class:`EnvService` on a private event loop thread; calls go straight to its methods."""
 
@@ -333,6 +388,27 @@ class EnvClient:
     def _profile_call(self, split: str) -> _Call:
         req = self._request(schemas.ProfileRequest, split=split)
         return _Call("profile", req, schemas.ProfileResponse, None, True, lambda out: out.task_ids)
+
+    def catalogue(self) -> EnvCatalogue:
+        """The served environment's catalogue: splits, task categories, interface blocks, tool parameters."""
+        req = self._request(schemas.CatalogueRequest)
+        return self._call(_Call("catalogue", req, schemas.CatalogueResponse, None, True, EnvCatalogue.from_wire))
+
+    def check_params(self, params: dict[str, Any]) -> str | None:
+        """Why the environment refuses this episode-params block, in one line; ``None`` when it accepts it."""
+        req = self._request(schemas.ParamsCheckRequest, params=params)
+        return self._call(_Call("check_params", req, schemas.ParamsCheckResponse, None, True, lambda out: out.problem))
+
+    def oracle(self, task_id: str, tool_call_parser: str = "xml_json") -> tuple[list[list[str]], list[str]]:
+        """A task's ground-truth calls per turn and the assistant messages that play them."""
+        req = self._request(schemas.OracleRequest, task_id=task_id, tool_call_parser=tool_call_parser)
+        return self._call(_Call("oracle", req, schemas.OracleResponse, None, True,
+                                lambda out: (out.gt_turns, out.messages)))
+
+    def judge(self, task_id: str, model_turns: list[list[list[str]]]) -> dict:
+        """The environment's evaluation of these calls (turn -> step -> call strings), without an episode."""
+        req = self._request(schemas.JudgeRequest, task_id=task_id, model_turns=model_turns)
+        return self._call(_Call("judge", req, schemas.EvaluateResponse, None, True, lambda out: out.result))
 
     def healthz(self) -> bool:
         """True when the service answers and at least one worker is up (never raises, never retries)."""

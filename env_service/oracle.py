@@ -19,7 +19,7 @@ import json
 from typing import Any
 
 from env_service.bfcl.executor import backend_class
-from env_service.kit.calls import call_to_string, parse_call
+from seal_shared.calls import call_to_string, parse_call
 from env_service.kit.parsers import resolve_mode
 
 ORACLE_REPLY = "Done."

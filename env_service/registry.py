@@ -45,6 +45,7 @@ BUILTIN: dict[str, str] = {
 
 _LOCK = threading.Lock()
 _REGISTERED: dict[str, Environment] = {}
+_CHANGES = [0]  # registrations and removals so far: what a cache of an environment's answers is keyed by
 
 
 class TaskRecord(Protocol):
@@ -86,20 +87,14 @@ class Environment:
             raise ValueError(f"environment {self.name!r}: host_factory must look like 'package.module:function', "
                              f"got {self.host_factory!r}")
 
-    def category_of(self, task_id: str) -> str:
-        """The category the task store records for ``task_id`` (``KeyError`` for an unknown id)."""
-        return str(self.task_store().get(task_id).category)
-
-    def categories_of(self, task_ids: list[str]) -> dict[str, str]:
-        store = self.task_store()
-        return {t: str(store.get(t).category) for t in task_ids}
-
 
 def register_environment(env: Environment, *, replace: bool = False) -> Environment:
     """Make ``env`` known by its name; a second registration of a name fails unless ``replace``."""
     with _LOCK:
         if env.name in _REGISTERED and not replace and _REGISTERED[env.name] != env:
             raise ValueError(f"environment {env.name!r} is already registered")
+        if _REGISTERED.get(env.name) is not env:
+            _CHANGES[0] += 1
         _REGISTERED[env.name] = env
     return env
 
@@ -107,7 +102,15 @@ def register_environment(env: Environment, *, replace: bool = False) -> Environm
 def unregister_environment(name: str) -> None:
     """Forget a registered environment (tests and notebooks that register one for a while)."""
     with _LOCK:
-        _REGISTERED.pop(name, None)
+        if _REGISTERED.pop(name, None) is not None:
+            _CHANGES[0] += 1
+
+
+def registry_changes() -> int:
+    """How many times an environment was registered or removed in this process (a cache key: an
+    answer cached under an older count may describe an environment since replaced)."""
+    with _LOCK:
+        return _CHANGES[0]
 
 
 def known_environments() -> list[str]:

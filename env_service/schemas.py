@@ -150,6 +150,52 @@ class ProfileResponse(_Versioned):
     task_ids: list[str]
 
 
+class CatalogueRequest(_Strict):
+    """No fields: the catalogue is the served environment's."""
+
+
+class CatalogueResponse(_Versioned):
+    """What a trainer reads of the served environment before and between episodes: its name, the
+    interface-evolution blocks it honours, its splits, every task's category and each tool's
+    parameter names in order (to name the positional arguments of a call string)."""
+
+    env: str
+    description: str = ""
+    example_task_id: str = ""
+    interface_blocks: list[str] = Field(default_factory=list)
+    splits: dict[str, list[str]] = Field(default_factory=dict)
+    categories: dict[str, str] = Field(default_factory=dict)
+    tool_parameters: dict[str, list[str]] = Field(default_factory=dict)
+
+
+class ParamsCheckRequest(_Strict):
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class ParamsCheckResponse(_Versioned):
+    """``problem``: why the environment refuses the params block, in one line; ``None``: accepted."""
+
+    problem: str | None = None
+
+
+class OracleRequest(_Strict):
+    task_id: str
+    tool_call_parser: str = "xml_json"
+
+
+class OracleResponse(_Versioned):
+    """A task's ground truth as call strings per turn, and the assistant messages that play it."""
+
+    task_id: str
+    gt_turns: list[list[str]]
+    messages: list[str]
+
+
+class JudgeRequest(_Strict):
+    task_id: str
+    model_turns: list[list[list[str]]]  # turn -> step -> call strings
+
+
 class RouteLatency(BaseModel):
     count: int
     p50_ms: float

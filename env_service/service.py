@@ -22,6 +22,7 @@ from typing import Any
 
 from env_service import schemas
 from env_service.host import EpisodeHost, OpError, score_of
+from env_service import catalogue as offline
 from env_service.pool import InlineBackend, WorkerPool
 from env_service.registry import DEFAULT_ENVIRONMENT, get_environment
 from seal_shared.interface.blocks import enabled_blocks, unhonoured_message
@@ -154,6 +155,7 @@ class EnvService:
         self.latency = LatencyWindow()
         self._reaper: asyncio.Task | None = None
         self._profiles: dict[str, list[str]] = {}
+        self._catalogue: schemas.CatalogueResponse | None = None
         self._started_at = time.monotonic()
         self.running = False
 
@@ -325,6 +327,25 @@ class EnvService:
 
     async def v1_profile(self, req: schemas.ProfileRequest) -> schemas.ProfileResponse:
         return schemas.ProfileResponse(split=req.split, task_ids=await self.env_profile(req.split))
+
+    # What a trainer reads of the environment without an episode: computed in this process (the
+    # task store is the workers' too), off the event loop.
+    async def v1_catalogue(self, req: schemas.CatalogueRequest) -> schemas.CatalogueResponse:
+        if self._catalogue is None:
+            self._catalogue = schemas.CatalogueResponse(**await asyncio.to_thread(offline.catalogue, self.config.env))
+        return self._catalogue
+
+    async def v1_check_params(self, req: schemas.ParamsCheckRequest) -> schemas.ParamsCheckResponse:
+        problem = await asyncio.to_thread(offline.params_problem, self.config.env, req.params)
+        return schemas.ParamsCheckResponse(problem=problem)
+
+    async def v1_oracle(self, req: schemas.OracleRequest) -> schemas.OracleResponse:
+        turns, messages = await asyncio.to_thread(offline.oracle, self.config.env, req.task_id, req.tool_call_parser)
+        return schemas.OracleResponse(task_id=req.task_id, gt_turns=turns, messages=messages)
+
+    async def v1_judge(self, req: schemas.JudgeRequest) -> schemas.EvaluateResponse:
+        result = await asyncio.to_thread(offline.judge, self.config.env, req.task_id, req.model_turns)
+        return schemas.EvaluateResponse(score=score_of(result), result=result)
 
     async def _reap_forever(self) -> None:
         while True:

@@ -28,21 +28,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tqdm import tqdm  # noqa: E402
 
-from seal.rollout.oracle_server import OracleServer, oracle_messages_for, play_oracle  # noqa: E402,F401
+from seal.rollout.oracle_server import OracleServer, play_oracle  # noqa: E402,F401
 
 logger = logging.getLogger("budget_replay")
 
 
 def replay(cfg: Any, tokenizer: Any, client: Any, task_ids: list[str], mode: str, *, progress: bool) -> dict[str, Any]:
     """Play each task's oracle; returns ``{task_id: (passed, terminated_reason, whole_context_tokens)}``."""
-    store = client.task_store() if hasattr(client, "task_store") else None
-    if store is None:
-        from env_service.bfcl.tasks import default_store
-
-        store = default_store()
     out = {}
     for task_id in tqdm(task_ids, desc=f"replay ({mode})", disable=not progress):
-        messages = oracle_messages_for(store.get(task_id), tool_call_parser(cfg, mode))
+        _, messages = client.oracle(task_id, tool_call_parser(cfg, mode))
         res, _ = asyncio.run(play_oracle(cfg, tokenizer, client, task_id, messages, rollout_mode=mode))
         e = res.extra_fields
         response = len(res.response_ids) + int(e.get("truncated_response_tokens") or 0)

@@ -209,7 +209,7 @@ def _check_leaf(path: str, value: Any, ref: Any) -> None:
 
 
 def _is_environment(name: str) -> bool:
-    from env_service.registry import known_environments
+    from env_service.client import known_environments
 
     return name in known_environments()
 
@@ -247,32 +247,25 @@ def _check_tag_weights(node: Any, path: str) -> None:
 
 
 def check_environment(cfg: DictConfig) -> None:
-    """``env_service.env`` names a registered environment (``seal.plugins`` were imported first,
-    so a plug-in's name is known), whose own checks accept its params block: the interface
-    blocks, then its params model."""
-    from pydantic import ValidationError
-
-    from env_service.host import validation_summary
-    from env_service.registry import get_environment, known_environments, unknown_environment_message
+    """``env_service.env`` names an environment the service can serve (``seal.plugins`` were imported
+    first, so a plug-in's name is known), whose own checks accept its params block: the interface
+    blocks, then its params model (asked of an in-process service, through the client)."""
+    from seal.environment import catalogue_of, check_env_params
 
     name = OmegaConf.select(cfg, "env_service.env")
-    if name not in known_environments():
-        raise ConfigError(f"env_service.env={show(name)}: {unknown_environment_message(name)}")
-    env = get_environment(name)
+    try:
+        env = catalogue_of(str(name))
+    except ValueError as err:  # no environment of that name: the registry's line, with the plug-in route
+        raise ConfigError(f"env_service.env={show(name)}: {err}") from None
     block = to_plain(cfg.env_service.get(name))
     if block is None:
         return
     if not isinstance(block, dict):
         raise ConfigError(f"env_service.{name}: expected a mapping of the environment's episode params")
     check_interface(block, env)
-    if env.check_params is None:
-        return
-    try:
-        env.check_params(dict(block))
-    except ValidationError as err:
-        raise ConfigError(f"env_service.{name}: {validation_summary(err)}") from None
-    except ValueError as err:
-        raise ConfigError(f"env_service.{name}: {err}") from None
+    problem = check_env_params(str(name), block)
+    if problem:
+        raise ConfigError(f"env_service.{name}: {problem}")
 
 
 def check_interface(block: dict[str, Any], env: Any) -> None:
@@ -390,14 +383,13 @@ def check_tasks(plain: dict[str, Any]) -> list[str]:
 
 
 def check_task_ids(ids: Sequence[str], key: str, env_name: str | None = None) -> None:
-    """Every id must be in the task store of the environment (``env_service.env``; BFCL by default)."""
-    from env_service.registry import get_environment
+    """Every id must be a task of the environment (``env_service.env``; BFCL by default)."""
+    from seal.environment import catalogue_of
 
-    env = get_environment(env_name or DEFAULT_ENVIRONMENT)
-    store = env.task_store()
+    env = catalogue_of(env_name or DEFAULT_ENVIRONMENT)
     for tid in ids:
-        if tid not in store:
-            near = nearest(tid, store.ids())
+        if tid not in env:
+            near = nearest(tid, env.ids())
             hint = f"the nearest is {near}" if near else f"ids look like {env.example_task_id}"
             raise ConfigError(f"{key}: task id {tid!r} does not exist ({hint}; fix: list ids of the {env.name} "
                          "tasks, or leave the key null to use the data file)")

@@ -1,19 +1,22 @@
-"""The trainer's view of the configured environment: its name, its params, its tasks, its client.
+"""The trainer's view of the configured environment: its name, its params, its catalogue, its client.
 
-``env_service.env`` names the environment (a name of :mod:`env_service.registry`); its per-episode
-parameters are the block ``env_service.<env>`` (``env_service.bfcl`` for BFCL), sent with every
-``/create`` (:func:`episode_params`). Task categories come from the environment's task store,
-never from the spelling of an id.
+``env_service.env`` names the environment (one the service can serve); its per-episode parameters
+are the block ``env_service.<env>`` (``env_service.bfcl`` for BFCL), sent with every ``/create``
+(:func:`episode_params`). Splits and task categories come from the environment's catalogue
+(``/v1/catalogue``), never from the spelling of an id. The trainer reaches the environment only
+through :mod:`env_service.client`: an in-process service answers what is needed before the
+service runs (the config check, the catalogue).
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from env_service.registry import Environment, get_environment
+from env_service.client import EnvCatalogue, EnvClient, registry_changes
 from seal.config_base import select, to_plain
 from seal.schema import setting
 
@@ -25,9 +28,42 @@ def environment_name(cfg: Any) -> str:
     return str(setting(cfg, "env_service.env"))
 
 
-def environment(cfg: Any) -> Environment:
-    """The registered environment the config names."""
-    return get_environment(environment_name(cfg))
+def config_plugins(cfg: Any) -> tuple[str, ...]:
+    """``seal.plugins``: the modules a service of this config imports (one may register the environment)."""
+    return tuple(str(m) for m in select(cfg, "seal.plugins") or ())
+
+
+def standing_client(env: str, plugins: Iterable[str] = ()) -> EnvClient:
+    """A client of an in-process service of ``env`` (no workers, no socket), kept for the process
+    (the config check asks it often) and replaced after an environment is registered or removed;
+    ``ValueError`` for a name no environment is registered under."""
+    return _standing_client(env, tuple(plugins), registry_changes())
+
+
+@functools.lru_cache(maxsize=8)
+def _standing_client(env: str, plugins: tuple[str, ...], registry_state: int) -> EnvClient:
+    return EnvClient.in_process(env=env, plugins=plugins)
+
+
+@functools.lru_cache(maxsize=8)
+def _catalogue(env: str, plugins: tuple[str, ...], registry_state: int) -> EnvCatalogue:
+    return _standing_client(env, plugins, registry_state).catalogue()
+
+
+def check_env_params(env: str, block: dict[str, Any], plugins: Iterable[str] = ()) -> str | None:
+    """Why environment ``env`` refuses the episode-params block ``block`` (one line), or ``None``."""
+    return standing_client(env, plugins).check_params(block)
+
+
+def catalogue_of(env: str, plugins: Iterable[str] = ()) -> EnvCatalogue:
+    """Environment ``env``'s catalogue (asked once per process, again after an environment is
+    registered or removed); ``ValueError`` for a name no environment is registered under."""
+    return _catalogue(env, tuple(plugins), registry_changes())
+
+
+def environment(cfg: Any) -> EnvCatalogue:
+    """The catalogue of the environment the config names."""
+    return catalogue_of(environment_name(cfg), config_plugins(cfg))
 
 
 def env_params_block(cfg: Any) -> dict[str, Any]:
@@ -79,8 +115,6 @@ def make_env_client(cfg: Any, *, retries: int | None = None) -> Any:
     or an in-process service of ``env_service.env`` when both are unset (costly per episode:
     inject a shared client). ``retries``: the HTTP client's own retries of idempotent calls
     (default: the client's; the local trainer passes 0, its runner retries whole episodes)."""
-    from env_service.client import EnvClient
-
     timeout = float(setting(cfg, "env_service.timeout_s"))
     urls = select(cfg, "env_service.urls") or []
     url = select(cfg, "env_service.url")
@@ -88,7 +122,7 @@ def make_env_client(cfg: Any, *, retries: int | None = None) -> Any:
         log.info("environment service: in-process")
         # seal.plugins first: one of them may register the environment (a no-op where the config
         # check imported them already, needed where only the plain config travelled).
-        return EnvClient.in_process(env=environment_name(cfg), plugins=tuple(select(cfg, "seal.plugins") or ()))
+        return EnvClient.in_process(env=environment_name(cfg), plugins=config_plugins(cfg))
     target = list(urls) if urls else str(url)
     log.info("environment service: %s", target)
     return EnvClient(target, timeout_s=timeout, **({} if retries is None else {"retries": retries}))

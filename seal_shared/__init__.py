@@ -7,7 +7,9 @@
 * :mod:`seal_shared.interface`: the episode's half of interface evolution (observation hints, recovery
   hints, guideline rendering, the params blocks), which an environment applies per episode;
 * :mod:`seal_shared.plugins`: importing the research plug-in modules that register tags, reweighters
-  or environments.
+  or environments;
+* :mod:`seal_shared.calls`: call strings (``name(k=literal, ...)``), the form tool calls take in
+  episodes, checks and logs, read with :mod:`ast` and written back.
 
 Dependencies run one way: ``seal -> env_service`` (through its client) and both ``-> seal_shared``.
 """

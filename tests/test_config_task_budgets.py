@@ -170,17 +170,21 @@ def tool_call_parser(cfg: Any, mode: str) -> str:
     return str(BfclParams.model_validate(episode_params(cfg, mode, None)).tool_call_parser)
 
 
-_MESSAGES: dict[tuple[str, str, str], list[str]] = {}
+_ORACLES: dict[tuple[str, str, str], tuple[list[list[str]], list[str]]] = {}
+
+
+def ground_truth(cfg: Any, task_id: str, parser: str) -> tuple[list[list[str]], list[str]]:
+    """The task's ground-truth calls per turn and its oracle messages, from the environment's client."""
+    from seal.environment import environment_name, standing_client
+
+    key = (environment_name(cfg), task_id, parser)
+    if key not in _ORACLES:
+        _ORACLES[key] = standing_client(key[0]).oracle(task_id, parser)
+    return _ORACLES[key]
 
 
 def oracle(cfg: Any, task_id: str, parser: str) -> list[str]:
-    from seal.environment import environment, environment_name
-    from seal.rollout.oracle_server import oracle_messages_for
-
-    key = (environment_name(cfg), task_id, parser)
-    if key not in _MESSAGES:
-        _MESSAGES[key] = oracle_messages_for(environment(cfg).task_store().get(task_id), parser)
-    return _MESSAGES[key]
+    return ground_truth(cfg, task_id, parser)[1]
 
 
 _NEEDS: dict[tuple[str, str, str, str], Needs] = {}
@@ -189,11 +193,11 @@ _NEEDS: dict[tuple[str, str, str, str], Needs] = {}
 def needs(cfg: Any, task_id: str, parser: str, tokenizer: str) -> Needs:
     """LLM calls in all and in one turn, and the longest message's tokens (end-of-message included),
     that the task's oracle needs to pass."""
-    from seal.environment import environment, environment_name
+    from seal.environment import environment_name
 
     key = (environment_name(cfg), task_id, parser, tokenizer)
     if key not in _NEEDS:
-        turns = environment(cfg).task_store().get(task_id).gt_turns
+        turns = ground_truth(cfg, task_id, parser)[0]
         last = len(turns) - 1
         in_turn = [int(bool(calls)) + int(i < last) for i, calls in enumerate(turns)]
         tok = tokenizer_for(tokenizer)

@@ -131,3 +131,28 @@ def test_two_packages_that_import_each_other_through_other_modules_are_a_cycle(t
     (tmp_path / "env_service" / "__main__.py").write_text("import seal.tags\n")
     (tmp_path / "env_service" / "kit.py").write_text("")
     assert find_cycle(package_graph(_import_graph(tmp_path), 1)) is None  # an entry point ties nothing
+
+
+def service_imports_outside_the_client(graph: dict[str, set[str]]) -> list[str]:
+    """``seal`` module -> ``env_service`` module edges other than to :mod:`env_service.client` (and
+    the package itself, which ``from env_service.client import ...`` passes through)."""
+    allowed = {"env_service", "env_service.client"}
+    return sorted(f"{module} -> {target}" for module, targets in graph.items() if module.split(".")[0] == "seal"
+                  for target in targets if target.split(".")[0] == "env_service" and target not in allowed)
+
+
+def test_seal_reaches_the_environments_only_through_the_client() -> None:
+    """The trainer side asks the service (splits, categories, params checks, oracles, offline
+    judgements) through ``env_service.client``, never its registry, kit or environments."""
+    assert service_imports_outside_the_client(_import_graph()) == []
+
+
+def test_an_import_of_the_registry_from_seal_is_caught(tmp_path: Path) -> None:
+    for package in ("seal", "env_service"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "env_service" / "client.py").write_text("x = 1\n")
+    (tmp_path / "env_service" / "registry.py").write_text("y = 1\n")
+    (tmp_path / "seal" / "ok.py").write_text("from env_service.client import x\n")
+    (tmp_path / "seal" / "bad.py").write_text("def f():\n    from env_service.registry import y\n")
+    assert service_imports_outside_the_client(_import_graph(tmp_path)) == ["seal.bad -> env_service.registry"]

@@ -21,6 +21,7 @@ unless that was the last turn, it then scores ``multi_turn:force_terminated``.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 from typing import Any
@@ -28,7 +29,7 @@ from typing import Any
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from env_service.bfcl.checker import check_turns, judge
-from env_service.bfcl.executor import ERROR_PREFIX, REFUSED_KINDS, Executor
+from env_service.bfcl.executor import ERROR_PREFIX, MULTI_TURN_CLASSES, REFUSED_KINDS, Executor, backend_class
 from env_service.bfcl.tasks import BfclTask
 from env_service.kit import InterfaceParams, ParseResult, ToolEpisode, ToolResult, TurnCheck
 from env_service.kit.parsers import parse_tool_calls, resolve_mode
@@ -157,6 +158,17 @@ class BfclEpisode(ToolEpisode):
 
     def start(self) -> BfclWorld:
         return BfclWorld(self.task)
+
+    @classmethod
+    def tool_parameters(cls, tasks: Any) -> dict[str, list[str]]:
+        """Each method's parameter names in order, from the 8 backend classes' signatures (the docs'
+        property order need not be the signature's). Method names do not collide across them."""
+        table: dict[str, list[str]] = {}
+        for class_name in MULTI_TURN_CLASSES:
+            for name, fn in inspect.getmembers(backend_class(class_name), predicate=inspect.isfunction):
+                if not name.startswith("_"):
+                    table[name] = [p for p in inspect.signature(fn).parameters if p != "self"]
+        return table
 
     def parse(self, content: str) -> ParseResult:
         p = self.params

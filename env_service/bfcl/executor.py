@@ -7,7 +7,7 @@ error strings) without either:
 * Instances: BFCL's 8 multi-turn classes, created as BFCL creates them (``cls()``, then
   ``_load_scenario(deepcopy(initial_config.get(name, {})), long_context=...)`` unless the class
   is stateless), owned by one :class:`Executor` and reachable from nowhere else.
-* Calls are parsed by the kit's call parser (:func:`env_service.kit.calls.parse_call`: exactly one
+* Calls are parsed by the kit's call parser (:func:`seal_shared.calls.parse_call`: exactly one
   call of a bare, public name, with literal arguments only; negative numbers allowed). The
   method is looked up in this executor's table (public methods of its instances) and called with
   the parsed positional and keyword values, so Python itself maps positional arguments to
@@ -43,7 +43,7 @@ from typing import Any
 from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPING, STATELESS_CLASSES
 
 from env_service.bfcl.limits import CallTimeout, argument_problem, has_argument_checks, time_budget
-from env_service.kit.calls import DEFAULT_MAX_CALL_CHARS, DEFAULT_MAX_INT_ABS, ERROR_PREFIX, CallParseError, parse_call
+from seal_shared.calls import DEFAULT_MAX_CALL_CHARS, DEFAULT_MAX_INT_ABS, ERROR_PREFIX, CallParseError, parse_call
 
 MULTI_TURN_CLASSES: tuple[str, ...] = ("GorillaFileSystem", "MathAPI", "MessageAPI", "TwitterAPI", "TicketAPI",
                                         "TradingBot", "TravelAPI", "VehicleControlAPI")

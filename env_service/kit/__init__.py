@@ -3,14 +3,14 @@ its per-turn check and one registration (the contract, with a worked example: ``
 BFCL and ``notes`` are built on it.
 
 Modules: :mod:`~env_service.kit.tools` (tool classes as JSON docs and a safe executor, the
-:class:`ToolBox`), :mod:`~env_service.kit.calls` (call strings), :mod:`~env_service.kit.tasks`,
+:class:`ToolBox`), :mod:`seal_shared.calls` (call strings), :mod:`~env_service.kit.tasks`,
 :mod:`~env_service.kit.episode` (the protocol loop, :class:`ToolEpisode`), :mod:`~env_service.kit.params`,
 :mod:`~env_service.kit.prompts`, :mod:`~env_service.kit.parsers`, :mod:`~env_service.kit.evaluation`
 (per-turn checks to the evaluation dict the trainer reads) and :mod:`~env_service.kit.environment`
 (:func:`register_tool_environment`).
 """
 
-from env_service.kit.calls import ERROR_PREFIX, CallParseError, ParsedCall, call_to_string, parse_call
+from seal_shared.calls import ERROR_PREFIX, CallParseError, ParsedCall, call_to_string, parse_call
 from env_service.kit.environment import episode_host, register_tool_environment
 from env_service.kit.episode import EpisodeTerminatedError, StepOutcome, ToolEpisode
 from env_service.kit.evaluation import (

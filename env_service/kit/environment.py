@@ -21,13 +21,13 @@ from env_service.registry import Environment, get_environment, register_environm
 
 
 @dataclass(frozen=True)
-class _KitEnvironment:
+class KitEnvironment:
     episode: type[ToolEpisode]
     tasks: Callable[[], TaskStore]
 
 
 _LOCK = threading.Lock()
-_KIT: dict[str, _KitEnvironment] = {}
+_KIT: dict[str, KitEnvironment] = {}
 
 
 def register_tool_environment(name: str, *, episode: type[ToolEpisode], tasks: TaskStore | Callable[[], TaskStore],
@@ -46,18 +46,24 @@ def register_tool_environment(name: str, *, episode: type[ToolEpisode], tasks: T
         example_task_id=example_task_id, check_params=episode.check_params,
         interface_blocks=episode.interface_blocks()))
     with _LOCK:
-        _KIT[name] = _KitEnvironment(episode, store)
+        _KIT[name] = KitEnvironment(episode, store)
     return env
 
 
-def episode_host(name: str) -> EpisodeHost:
-    """The host of one service process for kit environment ``name`` (its tasks are loaded now,
-    not on the first request)."""
+def registered_kit(name: str) -> KitEnvironment:
+    """The episode class and task store registered for kit environment ``name``."""
     get_environment(name)  # imports a built-in environment's package, which registers it
     with _LOCK:
         kit = _KIT.get(name)
     if kit is None:
         raise ValueError(f"environment {name!r} was not registered with env_service.kit.register_tool_environment")
+    return kit
+
+
+def episode_host(name: str) -> EpisodeHost:
+    """The host of one service process for kit environment ``name`` (its tasks are loaded now,
+    not on the first request)."""
+    kit = registered_kit(name)
     store, episode = kit.tasks(), kit.episode
 
     def make_episode(task_id: str, params: dict[str, Any]) -> ToolEpisode:

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import keyword
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-from env_service.kit.calls import ERROR_PREFIX, call_to_string
 from env_service.kit.evaluation import (
     FORCE_TERMINATED, TurnCheck, TurnVerdict, World, build_evaluation, replay_turns, turn_failure,
 )
@@ -27,6 +27,7 @@ from env_service.kit.prompts import (
     CONVERSATION_COMPLETED, observation_role, render_initial_messages, render_invalid_tool_call, render_tool_responses,
 )
 from env_service.kit.tasks import Task
+from seal_shared.calls import ERROR_PREFIX, call_to_string
 from seal_shared.interface import EpisodeInterface
 from seal_shared.interface.blocks import INTERFACE_BLOCKS
 
@@ -147,6 +148,24 @@ class ToolEpisode:
             "error_messages": list(self.error_messages),
             "model_turns": [[list(step) for step in turn] for turn in self.model_turns],
         }
+
+    @classmethod
+    def tool_parameters(cls, tasks: Iterable[Task]) -> dict[str, list[str]]:
+        """Each tool's parameter names in order (default: as its JSON doc lists them, over ``tasks``),
+        which name a call string's positional arguments."""
+        table: dict[str, list[str]] = {}
+        for task in tasks:
+            for doc in getattr(task, "tools", None) or ():
+                table.setdefault(str(doc["name"]), list((doc.get("parameters") or {}).get("properties") or {}))
+        return table
+
+    @classmethod
+    def judge_turns(cls, task: Task, model_turns: list[list[list[str]]]) -> dict[str, Any]:
+        """The per-turn check and verdict on ``model_turns`` (turn -> step -> call strings) for
+        ``task``, offline: the evaluation an episode that made these calls gets, without its own fields."""
+        episode = cls(task)
+        episode._turns = [[list(step) for step in turn] for turn in model_turns]
+        return build_evaluation(episode.check_turns(), played_turns=len(model_turns), judge=episode.judge_turn)
 
     @classmethod
     def check_params(cls, block: dict[str, Any]) -> None:

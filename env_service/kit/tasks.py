@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from env_service.kit.calls import parse_call
+from seal_shared.calls import parse_call
 
 SPLITS = ("train", "val", "test", "eval")
 

@@ -6,7 +6,7 @@ the prompt shows, turned into BFCL-shaped JSON docs by :func:`tool_docs`. ``stat
 public state the per-turn check compares after every turn.
 
 :class:`ToolBox` holds one episode's instances (or one checker replay's) and runs call strings on
-them: each is parsed by :func:`~env_service.kit.calls.parse_call`, looked up among the instances'
+them: each is parsed by :func:`~seal_shared.calls.parse_call`, looked up among the instances'
 public methods, checked against the method's type hints and called, into a :class:`ToolResult`.
 """
 
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from env_service.kit.calls import ERROR_PREFIX, CallParseError, parse_call
+from seal_shared.calls import ERROR_PREFIX, CallParseError, parse_call
 
 _JSON_TYPES = {str: "string", int: "integer", float: "float", bool: "boolean", list: "array", dict: "dict"}
 

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from tqdm import tqdm
 
-from env_service.registry import get_environment
+from seal.environment import catalogue_of
 from seal.episode import EpisodeResult, Evaluation
 from seal.eval.logs import ValidationLogWriter, ValidationRecord, finished_keys, read_log_file
 from seal.eval.policies import ChatGenerator, ChatPolicy, SamplingSettings
@@ -132,7 +132,7 @@ def _generation_dict(sampling: SamplingSettings, budget: RolloutSettings) -> dic
 def task_categories(env: str, ids: list[str]) -> dict[str, str]:
     """``task_id -> category`` as the environment's task store records it (one line for an unknown id)."""
     try:
-        return get_environment(env).categories_of(list(ids))
+        return catalogue_of(env).categories_of(list(ids))
     except KeyError as err:
         raise ValueError(f"environment {env!r} has no task {err.args[0]!r}: check --tasks") from None
 
@@ -243,7 +243,7 @@ def run_eval(settings: EvalSettings, policy: ChatPolicy, client_factory: Callabl
 
 def _run_all(settings: EvalSettings, policy: ChatPolicy, client: Callable[[], Any], out_dir: Path) -> EvalSummary:
     """Task selection, the repeats and the summary file (see :func:`run_eval`)."""
-    ids = select_tasks(settings, settings.task_ids or list(get_environment(settings.env).load_split(settings.split)))
+    ids = select_tasks(settings, settings.task_ids or list(catalogue_of(settings.env).load_split(settings.split)))
     skipped: dict[str, int] = {}
     if settings.max_prompt_tokens is not None:
         ids, skipped = filter_prompt_length(client(), policy, ids, settings.episode_params(),
@@ -266,15 +266,15 @@ def _run_all(settings: EvalSettings, policy: ChatPolicy, client: Callable[[], An
 def _category_lookup(env: str, ids: list[str]) -> Callable[[str], str | None]:
     """The task store's category of each task (None for an id the store lacks: the episode then
     takes the category its environment reports)."""
-    store = get_environment(env).task_store()
-    table = {t: str(store.get(t).category) for t in ids if t in store}
+    env_tasks = catalogue_of(env)
+    table = {t: env_tasks.categories[t] for t in ids if t in env_tasks}
     return table.get
 
 
 def _split_lookup(settings: EvalSettings) -> Callable[[str], str | None]:
     """Maps a task id to ``train``/``val``/``test`` (None if in no split)."""
     try:
-        load_split = get_environment(settings.env).load_split
+        load_split = catalogue_of(settings.env).load_split
         return {str(tid): name for name in ("train", "val", "test") for tid in load_split(name)}.get
     except (ImportError, FileNotFoundError) as exc:
         logger.warning("cannot map task ids to splits (%s); records get split=%r", exc, settings.split)

@@ -13,18 +13,16 @@ official scorer on them with ``scripts/bfcl_official_eval.sh``.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import json
 import logging
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable
 
-from env_service.bfcl.executor import MULTI_TURN_CLASSES, backend_class
-from env_service.kit.calls import parse_call as parse_call_string
+from seal.environment import catalogue_of
 from seal.eval.logs import read_log_file
 from seal.eval.stats import category_of, dedupe_latest
+from seal_shared.calls import parse_call as parse_call_string
 
 logger = logging.getLogger(__name__)
 
@@ -32,20 +30,10 @@ DEFAULT_FC_MODEL = "gpt-4o-2024-11-20-FC"
 BFCL_VERSION_PREFIX = "BFCL_v4"
 
 
-@functools.lru_cache(maxsize=1)
 def method_parameters() -> dict[str, list[str]]:
-    """``{method name: [parameter names in order]}`` over the 8 multi-turn backend classes.
-
-    Method names do not collide across these classes, so the name alone identifies the method.
-    """
-    table: dict[str, list[str]] = {}
-    for cls_name in MULTI_TURN_CLASSES:
-        for name, fn in inspect.getmembers(backend_class(cls_name), predicate=inspect.isfunction):
-            if name.startswith("_"):
-                continue
-            params = [p for p in inspect.signature(fn).parameters if p != "self"]
-            table[name] = params
-    return table
+    """``{method name: [parameter names in order]}`` of BFCL's tools (its catalogue: the backend
+    classes' signatures; method names do not collide across them)."""
+    return dict(catalogue_of("bfcl").tool_parameters)
 
 
 def parse_call(call: str) -> tuple[str, list[Any], dict[str, Any]]:

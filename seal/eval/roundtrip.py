@@ -79,27 +79,27 @@ def perturb(gt_turns: list[list[str]], kind: str, rng: random.Random) -> list[li
 def roundtrip_records(per_category: int, seed: int = 0) -> list[ValidationRecord]:
     """``per_category`` tasks per category, cycling through :data:`PERTURBATIONS`, judged by
     this project's checker."""
-    from env_service.bfcl.checker import check_episode
-    from env_service.bfcl.tasks import default_store
+    from seal.environment import standing_client
 
-    store = default_store()
     rng = random.Random(seed)
-    records = []
+    client, records = standing_client("bfcl"), []
+    categories = client.catalogue().categories
     for cat in CATEGORIES:
-        ids = rng.sample(store.ids(category=cat), per_category)
-        for n, tid in enumerate(ids):
-            task = store.get(tid)
-            kind = PERTURBATIONS[n % len(PERTURBATIONS)]
-            turns = perturb(task.gt_turns, kind, rng)
-            check = check_episode(turns, task.gt_turns, task.entry)
-            evaluation = Evaluation.from_wire({**check.to_dict(), "model_turns": turns})
-            result = EpisodeResult(task_id=tid, category=cat, rollout_mode="validate", evaluation=evaluation,
-                                   terminated_reason=kind)
-            reward = episode_reward(result, cfg=RewardConfig(), train=False)
-            result = result.with_reward(reward.score, reward.meta)
-            records.append(ValidationRecord.from_episode(result, step=0, split=None, generation={},
-                                                         extra={"perturbation": kind}))
+        ids = rng.sample([tid for tid, c in categories.items() if c == cat], per_category)
+        records += [_judged(client, tid, cat, PERTURBATIONS[n % len(PERTURBATIONS)], rng) for n, tid in enumerate(ids)]
     return records
+
+
+def _judged(client: Any, tid: str, cat: str, kind: str, rng: random.Random) -> ValidationRecord:
+    """Task ``tid``'s ground truth perturbed by ``kind``, judged by the environment's checker."""
+    gt_turns, _ = client.oracle(tid)
+    turns = perturb(gt_turns, kind, rng)
+    evaluation = Evaluation.from_wire({**client.judge(tid, turns), "model_turns": turns})
+    result = EpisodeResult(task_id=tid, category=cat, rollout_mode="validate", evaluation=evaluation,
+                           terminated_reason=kind)
+    reward = episode_reward(result, cfg=RewardConfig(), train=False)
+    result = result.with_reward(reward.score, reward.meta)
+    return ValidationRecord.from_episode(result, step=0, split=None, generation={}, extra={"perturbation": kind})
 
 
 def compare(records: list[dict[str, Any]], official: dict[str, tuple[bool, str | None]]) -> list[str]:

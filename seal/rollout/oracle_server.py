@@ -1,11 +1,11 @@
 """A ``server_manager`` that plays a task's ground truth, for replays through the episode runner.
 
 :class:`OracleServer` answers each LLM call of one episode with the next of a task's oracle
-assistant messages (:mod:`env_service.oracle`), in verl's ``server_manager.generate`` contract, so
-the ground truth goes through the very runner training and validation use: its prompt rendering,
-chat template, limits and checker (``scripts/budget_replay.py``, the config task-budget test, the
-warm start's transcripts). :func:`play_oracle` runs one such episode; :func:`oracle_messages_for`
-renders a task's oracle in the tool-call syntax the episode's parser reads.
+assistant messages (``EnvClient.oracle``: in the tool-call syntax the episode's parser reads), in
+verl's ``server_manager.generate`` contract, so the ground truth goes through the very runner
+training and validation use: its prompt rendering, chat template, limits and checker
+(``scripts/budget_replay.py``, the config task-budget test, the warm start's transcripts).
+:func:`play_oracle` runs one such episode.
 """
 
 from __future__ import annotations
@@ -67,16 +67,6 @@ class OracleServer:
             ids, stop = ids[: int(limit)], "length"
         self.calls += 1
         return TokenOutput(token_ids=ids, log_probs=None, stop_reason=stop)
-
-
-def oracle_messages_for(task: Any, parser: str = "xml_json") -> list[str]:
-    """The assistant messages that replay ``task``'s ground truth (``gt_turns``; its tool classes
-    as ``involved_classes`` (BFCL) or ``classes``), calls written for the episode's
-    ``tool_call_parser`` (see :func:`env_service.oracle.oracle_messages`)."""
-    from env_service.oracle import oracle_messages
-
-    classes = getattr(task, "involved_classes", None) or getattr(task, "classes", None) or ()
-    return oracle_messages([list(t) for t in task.gt_turns], tuple(classes), parser=parser)
 
 
 async def play_oracle(cfg: Any, tokenizer: Any, env_client: Any, task_id: str, messages: Sequence[str], *,

@@ -42,14 +42,13 @@ def build_transcripts(cfg: Any, tokenizer: Any, env_client: Any, task_ids: Seque
 
     Raises :class:`ConfigError` naming the tasks whose ground truth does not pass under the config
     (its limits cut it short, or the environment disagrees with its own labels)."""
-    from seal.environment import env_params_block, environment
-    from seal.rollout.oracle_server import oracle_messages_for, play_oracle
+    from seal.environment import env_params_block
+    from seal.rollout.oracle_server import play_oracle
 
-    store = environment(cfg).task_store()
     parser = str(env_params_block(cfg).get("tool_call_parser") or "xml_json")
     out, failed = [], []
     for task_id in task_ids:
-        messages = oracle_messages_for(store.get(task_id), parser)
+        _, messages = env_client.oracle(task_id, parser)
         result, _ = asyncio.run(play_oracle(cfg, tokenizer, env_client, task_id, messages, rollout_mode="sample"))
         fields = result.extra_fields
         if not (fields.get("check") or {}).get("valid"):

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from env_service.bfcl.tasks import CATEGORIES, default_store
-from env_service.client import EnvClient
+from env_service.client import EnvClient, EnvServiceError
 from env_service.oracle import oracle_for_task
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,6 +150,30 @@ def test_in_process_and_http_clients_agree(service_url: str) -> None:
             assert over_http[-5].terminated and over_http[-5].observation == "[CONVERSATION_COMPLETED]"
             events = over_http[-3]["events"]
             assert events["parse_errors"] == 1 and events["tool_errors"] >= 1
+
+
+def test_what_the_trainer_asks_without_an_episode_is_the_same_over_http(service_url: str) -> None:
+    """The catalogue, the params check, a task's oracle and an offline judgement: the routes the
+    trainer reaches the environment by (it imports nothing else of env_service)."""
+    task_id = "multi_turn_base_0"
+    with EnvClient(service_url) as http_client, EnvClient.in_process() as local_client:
+        answers = []
+        for client in (http_client, local_client):
+            catalogue = client.catalogue()
+            gt_turns, messages = client.oracle(task_id, "python_list")
+            answers.append((catalogue, gt_turns, messages, client.check_params({"max_steps_per_turn": "many"}),
+                            client.check_params({"observation_lite": {"enable": True}}),
+                            client.judge(task_id, [[calls] for calls in gt_turns]),
+                            client.judge(task_id, [[calls] for calls in gt_turns[:-1]] + [[]])))
+        assert answers[0] == answers[1]
+        catalogue, gt_turns, messages, bad, good, passed, missed = answers[0]
+    assert len(catalogue.load_split("train")) == 400 and catalogue.categories[task_id] == "multi_turn_base"
+    assert catalogue.tool_parameters["mv"] == ["source", "destination"]
+    assert gt_turns == [list(t) for t in default_store().get(task_id).gt_turns] and len(messages) > len(gt_turns)
+    assert bad is not None and "max_steps_per_turn" in bad and good is None
+    assert passed["valid"] is True and missed["valid"] is False and missed["failure_tags"][-1] == "empty_turn_model_response"
+    with pytest.raises(EnvServiceError, match="unknown bfcl task id"):
+        EnvClient(service_url).oracle("multi_turn_base_9999")
 
 
 async def _replay_all(client: EnvClient, enforce: bool, concurrency: int = 16) -> list[str]:

@@ -87,7 +87,7 @@ def counter() -> Iterator[str]:
 
 def test_an_environment_is_its_tools_tasks_check_and_one_registration(counter: str) -> None:
     env = get_environment(counter)
-    assert env.load_split("val") == ["count_1"] and env.category_of("count_0") == "add"
+    assert env.load_split("val") == ["count_1"] and env.task_store().get("count_0").category == "add"
     assert env.interface_blocks == ("observation_lite", "tool_feedback_evolution", "diagnostic_evolution")
     with pytest.raises(ValueError, match="bogus"):
         env.check_params({"bogus": 1})

@@ -49,8 +49,10 @@ def test_registered_by_name_with_its_tasks_and_splits() -> None:
     assert not set(train) & set(val) and not set(val) & set(test) and not set(train) & set(test)
     assert load_split("eval") == sorted(val + test)  # both held-out splits, in the store's (id) order
     # Categories come from the task record, not from the id's spelling.
-    assert {env.category_of(t) for t in STORE.ids()} == CATEGORIES
-    assert env.category_of("notes_016") == "abstain"
+    with EnvClient.in_process(env="notes") as client:
+        categories = client.catalogue().categories
+    assert set(categories.values()) == CATEGORIES and categories["notes_016"] == "abstain"
+    assert len(categories) == len(env.task_store()) == 100
     for task_id in STORE.ids():
         task = STORE.get(task_id)
         assert len(task.gt_turns) >= 2 and all(doc["description"] for doc in task.tools)

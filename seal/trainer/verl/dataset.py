@@ -18,10 +18,8 @@ import torch
 from omegaconf import DictConfig
 from torch.utils.data import Dataset
 
-from env_service.registry import get_environment
-
 from seal.config_base import ConfigError
-from seal.environment import environment_name
+from seal.environment import catalogue_of, environment_name
 from seal_shared import DEFAULT_ENVIRONMENT
 
 AGENT_NAME = "seal"
@@ -39,7 +37,7 @@ class TaskDataset(Dataset):
         if not task_ids:
             raise ConfigError(f"no {rollout_mode} tasks: check data.*_files and seal.tasks")
         self.task_ids = [str(t) for t in task_ids]
-        categories = get_environment(env).categories_of(self.task_ids)
+        categories = catalogue_of(env).categories_of(self.task_ids)
         self.categories = [categories[t] for t in self.task_ids]
         self.rollout_mode = rollout_mode
         self.agent_name = agent_name

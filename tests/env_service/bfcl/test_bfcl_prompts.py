@@ -7,7 +7,7 @@ import json
 import pytest
 
 from env_service.bfcl.episode import MISS_FUNC_SENTENCE, render_revealed_functions
-from env_service.kit.calls import call_to_string
+from seal_shared.calls import call_to_string
 from env_service.kit.prompts import (
     render_invalid_tool_call,
     render_system_prompt, render_tool_responses,

@@ -9,7 +9,8 @@ import pytest
 
 from env_service.kit.parsers import parse_tool_calls
 from env_service.bfcl.tasks import default_store
-from seal.rollout.oracle_server import AFTER_THE_LAST, OracleServer, oracle_messages_for
+from env_service.client import EnvClient
+from seal.rollout.oracle_server import AFTER_THE_LAST, OracleServer
 
 # `tokenizer`: SmolLM2's, from tests/seal/conftest.py.
 
@@ -33,10 +34,11 @@ def test_answers_in_order_ends_each_message_and_cuts_at_max_tokens(tokenizer) ->
 @pytest.mark.parametrize("parser", ["xml_json", "toolace_fc", "llama31_official_fc"])
 def test_oracle_messages_parse_back_to_the_ground_truth_calls(parser: str) -> None:
     """multi_turn_base_0 has turns of 3, 2, 1 and 4 calls, some with positional arguments."""
-    task = default_store().get("multi_turn_base_0")
-    messages = oracle_messages_for(task, parser)
+    with EnvClient.in_process(env="bfcl") as client:
+        gt_turns, messages = client.oracle("multi_turn_base_0", parser)
+    assert gt_turns == [list(t) for t in default_store().get("multi_turn_base_0").gt_turns]
     calls = [m for m in messages if m != AFTER_THE_LAST]
-    assert len(messages) == len(calls) + len(task.gt_turns)
-    for message, gt in zip(calls, [t for t in task.gt_turns if t]):
+    assert len(messages) == len(calls) + len(gt_turns)
+    for message, gt in zip(calls, [t for t in gt_turns if t]):
         parsed = parse_tool_calls(message, parser)
         assert not parsed.errors and [c.name for c in parsed.calls] == [g.split("(", 1)[0] for g in gt]
