@@ -258,3 +258,19 @@ def test_the_extending_guide_walks_through_the_plugin_environment(tmp_path: Path
     finally:
         unregister_environment("home")
         sys.modules.pop("home_env", None)
+
+
+def test_the_trainers_view_follows_a_replaced_registration(counter: str) -> None:
+    """``seal.environment`` caches the catalogue an in-process service gives; registering the name
+    again with other tasks is seen at once (the cache is keyed by the registry's changes)."""
+    from seal.environment import catalogue_of, check_env_params, standing_client
+
+    assert catalogue_of(counter).categories == {"count_0": "add", "count_1": "read"}
+    assert catalogue_of(counter).tool_parameters["add"] == ["amount", "tags"]
+    assert "bogus" in (check_env_params(counter, {"bogus": 1}) or "")
+    assert standing_client(counter).judge("count_0", [[["add(amount=2)"]], []])["valid"] is True
+    renamed = [Task(id="tally_0", category="sum", split="train", user_turns=["Add 3."], gt_turns=[["add(amount=3)"]],
+                    tools=tool_docs([Counter]))]
+    unregister_environment(counter)
+    register_tool_environment(counter, episode=CounterEpisode, tasks=TaskStore(renamed, env=counter))
+    assert catalogue_of(counter).categories == {"tally_0": "sum"}
