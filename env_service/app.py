@@ -18,7 +18,7 @@ import inspect
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -317,9 +317,9 @@ _V1_POSTS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
 }
 
 
-def _v1_endpoint(handler: Callable[[Any], Awaitable[BaseModel]], request: type[BaseModel]) -> Callable[..., Any]:
+def _v1_endpoint(service: EnvService, name: str, request: type[BaseModel]) -> Callable[..., Any]:
     async def endpoint(req: Any) -> Response:
-        return _typed(await handler(req))
+        return _typed(await getattr(service, f"v1_{name}")(req))  # looked up per request, as a method call is
 
     endpoint.__annotations__ = {"req": request, "return": Response}  # FastAPI reads the body model here
     return endpoint
@@ -333,8 +333,7 @@ def _add_v1_routes(app: FastAPI, service: EnvService) -> None:
         return _typed(service.health())
 
     for name, (request, response) in _V1_POSTS.items():
-        app.post(f"/v1/{name}", response_model=response, name=f"v1_{name}", **kw)(
-            _v1_endpoint(getattr(service, f"v1_{name}"), request))
+        app.post(f"/v1/{name}", response_model=response, name=f"v1_{name}", **kw)(_v1_endpoint(service, name, request))
 
     @app.get("/v1/metrics", response_model=schemas.MetricsResponse, tags=["v1"])
     @app.get("/metrics", response_model=schemas.MetricsResponse, tags=["metrics"])
