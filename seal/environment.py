@@ -37,17 +37,24 @@ def standing_client(env: str, plugins: Iterable[str] = ()) -> EnvClient:
     """A client of an in-process service of ``env`` (no workers, no socket), kept for the process
     (the config check asks it often) and replaced after an environment is registered or removed;
     ``ValueError`` for a name no environment is registered under."""
-    return _standing_client(env, tuple(plugins), registry_changes())
+    key, state = (env, tuple(plugins)), registry_changes()
+    kept = _STANDING.get(key)
+    if kept is not None and kept[0] == state:
+        return kept[1]
+    client = EnvClient.in_process(env=env, plugins=key[1])
+    _STANDING[key] = (state, client)
+    if kept is not None:
+        kept[1].close()  # a stale service: its loop thread would otherwise idle for the process's life
+    return client
 
 
-@functools.lru_cache(maxsize=8)
-def _standing_client(env: str, plugins: tuple[str, ...], registry_state: int) -> EnvClient:
-    return EnvClient.in_process(env=env, plugins=plugins)
+# One in-process service per (environment, plug-ins), with the registry state it was built under.
+_STANDING: dict[tuple[str, tuple[str, ...]], tuple[int, EnvClient]] = {}
 
 
 @functools.lru_cache(maxsize=8)
 def _catalogue(env: str, plugins: tuple[str, ...], registry_state: int) -> EnvCatalogue:
-    return _standing_client(env, plugins, registry_state).catalogue()
+    return standing_client(env, plugins).catalogue()
 
 
 def check_env_params(env: str, block: dict[str, Any], plugins: Iterable[str] = ()) -> str | None:

@@ -268,9 +268,13 @@ def test_the_trainers_view_follows_a_replaced_registration(counter: str) -> None
     assert catalogue_of(counter).categories == {"count_0": "add", "count_1": "read"}
     assert catalogue_of(counter).tool_parameters["add"] == ["amount", "tags"]
     assert "bogus" in (check_env_params(counter, {"bogus": 1}) or "")
-    assert standing_client(counter).judge("count_0", [[["add(amount=2)"]], []])["valid"] is True
+    first = standing_client(counter)
+    assert first.judge("count_0", [[["add(amount=2)"]], []])["valid"] is True
+    assert standing_client(counter) is first
     renamed = [Task(id="tally_0", category="sum", split="train", user_turns=["Add 3."], gt_turns=[["add(amount=3)"]],
                     tools=tool_docs([Counter]))]
     unregister_environment(counter)
     register_tool_environment(counter, episode=CounterEpisode, tasks=TaskStore(renamed, env=counter))
     assert catalogue_of(counter).categories == {"tally_0": "sum"}
+    # The stale service is stopped, not left with a loop thread idling for the process's life.
+    assert standing_client(counter) is not first and not first._local._thread.is_alive()
