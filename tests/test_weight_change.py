@@ -15,10 +15,11 @@ import weight_change as wc  # noqa: E402
 
 
 def test_one_adam_step_moves_every_parameter_by_lr_and_noise_moves_less_than_a_kept_sign() -> None:
-    assert abs(wc.adam_noise_median(1, (0.9, 0.999)) - 1.0) < 1e-3
-    three = wc.adam_noise_median(3, (0.9, 0.999))
-    assert 1.0 < three < 3.0
-    assert wc.adam_noise_median(7, (0.9, 0.999)) > three
+    one = wc.adam_noise_quantiles(1, (0.9, 0.999))
+    assert all(abs(q - 1.0) < 1e-3 for q in one), one
+    three = wc.adam_noise_quantiles(3, (0.9, 0.999))
+    assert 1.0 < three[1] < 3.0 and three[-1] <= 3.0 + 1e-6
+    assert wc.adam_noise_quantiles(7, (0.9, 0.999))[1] > three[1]
 
 
 def test_movement_reads_both_checkpoint_formats_in_units_of_lr(tmp_path: Path) -> None:
@@ -44,3 +45,14 @@ def test_a_folder_without_weights_is_one_line(tmp_path: Path) -> None:
                            "--lr", "1e-4"], capture_output=True, text=True)
     assert done.returncode != 0
     assert done.stderr.strip().count("\n") == 0 and "no model.pt or *.safetensors" in done.stderr
+
+
+def test_agreement_is_one_for_the_same_change_and_near_chance_for_independent_ones() -> None:
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.randn(100_000, generator=gen), torch.randn(100_000, generator=gen)
+    cos, same = wc.agreement(a, a * 3)
+    assert abs(cos - 1.0) < 1e-5 and same == 1.0
+    cos, same = wc.agreement(a, b)
+    assert abs(cos) < 0.02 and abs(same - 0.5) < 0.01
+    cos, same = wc.agreement(a, -a)
+    assert cos < -0.99 and same == 0.0
