@@ -54,6 +54,7 @@ _STANDING: dict[tuple[str, tuple[str, ...]], tuple[int, EnvClient]] = {}
 
 @functools.lru_cache(maxsize=8)
 def _catalogue(env: str, plugins: tuple[str, ...], registry_state: int) -> EnvCatalogue:
+    del registry_state  # only the cache's key: a registration change asks the catalogue again
     return standing_client(env, plugins).catalogue()
 
 
