@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import torch
 from tqdm import tqdm
 
-from seal.trainer.local.policy import autocast_context, response_logprobs
+from seal.trainer.local.policy import autocast_context
+from seal.trainer.local.prefix import Row, row_logprobs
 from seal.warm_start.settings import WarmStartSettings
 from seal.warm_start.transcripts import Transcript
 
@@ -37,8 +38,9 @@ class SftReport:
 
 
 def transcript_nll(model: torch.nn.Module, t: Transcript, device: torch.device) -> torch.Tensor:
-    """Summed NLL of ``t``'s model-written tokens (a scalar with a graph)."""
-    logp = response_logprobs(model, t.prompt_ids, t.response_ids, device)
+    """Summed NLL of ``t``'s model-written tokens (a scalar with a graph). The LM head runs only
+    at those tokens: the observations inside the response, most of its length, get no logits."""
+    logp = row_logprobs(model, Row.of(t.prompt_ids, t.response_ids, t.response_mask), None, device)
     mask = torch.tensor(t.response_mask, dtype=logp.dtype, device=logp.device)
     return -(logp * mask).sum()
 
