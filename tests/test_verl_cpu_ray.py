@@ -1,73 +1,83 @@
 """verl's own trainer under a real local Ray cluster, on the verl backend's CPU platform
-(exp/verl_cpu.yaml with a tiny model): the GPU smoke script's whole path with ``--cpu``, and faults.
-
-These tests share one file so that pytest-xdist (``--dist loadfile``) runs them one after another:
-two verl runs at once would split the two cores between their Ray clusters.
-
-The fault test: one run meets both faults, then a resume finishes it:
-
-1. the environment service is killed while step 2 plays its episodes: the step completes with
-   those episodes excluded and counted (``seal/env_faults``), its update skipped and counted,
-   and its checkpoint written;
-2. verl's actor worker (a Ray actor process) is killed as step 3 begins: the run stops with one
-   line naming the failure and the checkpoint to continue from; the service is started again;
-3. ``trainer.resume_mode=auto`` continues from checkpoint 2 and runs step 3 only: no step lost
-   or repeated.
+(exp/verl_cpu.yaml with a tiny model), driven by the GPU smoke script with ``--cpu``: its two
+phases, with both faults a long run meets (a dead environment service, a killed Ray worker) in
+the first, so that two verl launches cover what four would otherwise (each launch is a Ray
+cluster's start-up, about two minutes of these two cores).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import httpx
 import psutil
 import pytest
-from test_gpu_smoke import MODEL_DIR, _free_port, _tiny_model, run_smoke
-
-from seal.config import REPO_ROOT
+from test_gpu_smoke import MODEL_DIR, SCRIPT, _free_port, _tiny_model
 
 
-def _start_service(port: int, log: Path) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "env_service", "--env", "notes", "--host", "127.0.0.1",
-                             "--port", str(port), "--workers", "1"], cwd=REPO_ROOT, stdout=log.open("a"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+def _smoke(cwd: Path, args: list[str], log: Path) -> subprocess.Popen:
+    """The smoke script, its output into ``log``; verl's file logger writes each step's metrics to
+    ``<log>.jsonl`` as the trainer (a Ray actor) ends the step; the console line reaches ``log``
+    later, through Ray's log forwarding."""
+    env = {**os.environ, "PYTHON": sys.executable, "VERL_FILE_LOGGER_PATH": str(log.with_suffix(".jsonl"))}
+    env.pop("SMOKE_BACKEND", None)
+    return subprocess.Popen(["bash", str(SCRIPT), *args], cwd=cwd, env=env, stdout=log.open("w"),
+                            stderr=subprocess.STDOUT)
+
+
+def _descendants(run: subprocess.Popen, marker: str) -> list[psutil.Process]:
+    """The processes under ``run`` (the script, its launcher, the launcher's Ray cluster and
+    service) whose command line holds ``marker``: this run's own, never another run's."""
+    found = []
+    for proc in psutil.Process(run.pid).children(recursive=True):
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
+            if marker in " ".join(proc.cmdline()):
+                found.append(proc)
+        except psutil.Error:
             pass
-        time.sleep(0.5)
-    proc.kill()
-    raise AssertionError(f"the environment service did not start: {log.read_text()[-2000:]}")
+    return found
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+def _kill(procs: list[psutil.Process]) -> None:
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def _kill_service(run: subprocess.Popen) -> None:
+    """SIGKILL the environment service the launcher started (``--with-env``) and its workers."""
+    services = _descendants(run, "-m env_service")
+    assert services, "no environment service process of this run to kill"
+    _kill([child for proc in services for child in proc.children(recursive=True)] + services)
+
+
+def _kill_verl_worker(run: subprocess.Popen) -> None:
+    """SIGKILL verl's actor worker of this run."""
+    workers = _descendants(run, "ray::WorkerDict")
+    assert workers, "no verl worker process of this run to kill"
+    _kill(workers)
+
+
+def _stop_tree(run: subprocess.Popen) -> None:
+    """Whatever of ``run`` is still alive after a failed assertion: the script and all under it."""
+    if run.poll() is None:
+        _kill(psutil.Process(run.pid).children(recursive=True) + [psutil.Process(run.pid)])
+        run.wait(timeout=30)
+
+
+def _observe_count(checkpoint: Path) -> int:
+    return int(json.loads((checkpoint / "seal" / "capability_state.json").read_text())["observe_count"])
 
 
 def _tracker(exp: Path) -> int:
     path = exp / "checkpoints" / "latest_checkpointed_iteration.txt"
     return int(path.read_text().strip()) if path.is_file() else 0
-
-
-def _launch(cwd: Path, overrides: list[str], log: Path) -> subprocess.Popen:
-    """The launcher, with verl's file logger writing each step's metrics to ``<log>.jsonl`` as the
-    trainer (a Ray actor) ends the step; its console line reaches ``log`` later, through Ray's log
-    forwarding."""
-    env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(log.with_suffix(".jsonl"))}
-    return subprocess.Popen([sys.executable, str(REPO_ROOT / "launcher.py"), "--conf",
-                             str(REPO_ROOT / "exp" / "verl_cpu.yaml"), "--", *overrides, "trainer.logger=[console,file]"],
-                            cwd=cwd, stdout=log.open("w"), stderr=subprocess.PIPE, text=True, env=env)
 
 
 def _wait_for(condition, proc: subprocess.Popen, what: str, timeout: float = 600) -> None:
@@ -78,23 +88,8 @@ def _wait_for(condition, proc: subprocess.Popen, what: str, timeout: float = 600
         time.sleep(0.2)
 
 
-def _kill_verl_worker(run: subprocess.Popen) -> None:
-    """SIGKILL verl's actor worker of this run: a process of the run's own Ray cluster (the
-    launcher starts it, so its workers descend from the launcher), never another run's."""
-    workers = []
-    for proc in psutil.Process(run.pid).children(recursive=True):
-        try:
-            if "ray::WorkerDict" in " ".join(proc.cmdline()):
-                workers.append(proc)
-        except psutil.Error:
-            pass
-    assert workers, "no verl worker process of this run to kill"
-    for proc in workers:
-        proc.kill()
-
-
 def _steps(log: Path) -> dict[int, dict[str, float]]:
-    """Each logged step's metrics, from the run's file logger (see :func:`_launch`)."""
+    """Each logged step's metrics, from the run's file logger (see :func:`_smoke`)."""
     path = log.with_suffix(".jsonl")
     finished = path.read_text().split("\n")[:-1] if path.is_file() else []  # a line being written is not yet one
     records = [json.loads(line) for line in finished if line.strip()]
@@ -105,61 +100,69 @@ def _steps(log: Path) -> dict[int, dict[str, float]]:
 
 @pytest.mark.slow
 @pytest.mark.ray
-def test_a_killed_service_and_a_killed_ray_worker_lose_no_step(tmp_path: Path) -> None:
+def test_the_cpu_smoke_runs_verls_own_fit_under_ray_through_a_killed_service_and_worker(tmp_path: Path) -> None:
+    """The GPU smoke script's whole path with ``--cpu``, on a tiny model: a real local Ray cluster,
+    verl's RayPPOTrainer.fit with the FSDP2 actor and reference worker on gloo, the agent-loop
+    worker playing the seal agent loop against the HTTP service, the seal_cpu rollout replica.
+    Its first run meets both faults:
+
+    1. the environment service is killed once the validation before training is written: step 1's
+       episodes are excluded and counted (``seal/env_faults``), its update skipped and counted,
+       its checkpoint written, with nothing observed;
+    2. verl's actor worker (a Ray actor process) is killed once step 1 is logged: the run stops
+       with one line naming the failure and the checkpoint to continue from.
+
+    The script's resume phase then continues from checkpoint 1 with a fresh service: steps 2 and
+    3 only (no step lost or repeated), validation at 2 and 3, and every output check PASS. (The
+    script's checker assumes its own resume point, step 2; that the seal state a verl checkpoint
+    holds comes back on resume is tested in tests/seal/trainer/verl/test_verl_trainer_hook.py.)"""
     if not (MODEL_DIR / "tokenizer.json").is_file():
         pytest.skip("models/SmolLM2-135M-Instruct is not installed (run install.sh)")
-    model = _tiny_model(tmp_path / "tiny_model")
-    port = _free_port()
-    service_log = tmp_path / "service.log"
-    overrides = ["trainer.experiment_name=faults", f"actor_rollout_ref.model.path={model}",
-                 f"env_service.url=http://127.0.0.1:{port}", "trainer.total_training_steps=3",
-                 "trainer.val_before_train=false", "trainer.test_freq=0", "seal.rollout.env_retries=0"]
-    exp = tmp_path / "experiments" / "faults"
-    service = _start_service(port, service_log)
+    logs, exp = tmp_path / "logs", tmp_path / "experiments" / "smoke"
+    args = ["--cpu", "--name", "smoke", "--out", str(logs), "--port", str(_free_port()),
+            "--model", str(_tiny_model(tmp_path / "tiny_model"))]
+    # Four training tasks, two a step: an epoch is two steps, so the faulted step 1 does not leave
+    # an epoch without a task (the checker wants every epoch's statistics to hold some).
+    extra = ["--", "seal.rollout.env_retries=0", "seal.tasks.max_train_tasks=4", "trainer.logger=[console,file]"]
+
+    train = _smoke(tmp_path, [*args, "--phase", "train", *extra], tmp_path / "train.log")
     try:
-        run = _launch(tmp_path, overrides, tmp_path / "run.log")
-        _wait_for(lambda: _tracker(exp) >= 1, run, "checkpoint 1")
-        _stop(service)  # step 2 plays against a dead service
-        # Step 2's record is written after everything step 2 does with the workers (its checkpoint,
-        # the weight sync); step 3 needs the actor worker again before its own checkpoint.
-        _wait_for(lambda: 2 in _steps(tmp_path / "run.log"), run, "step 2's metrics")
-        _kill_verl_worker(run)
-        service = _start_service(port, service_log)  # for the resume
-        _, stderr = run.communicate(timeout=300)
-        assert run.returncode == 1, stderr[-3000:]
-        errors = [line for line in stderr.splitlines() if line.startswith("error:")]
-        assert len(errors) == 1 and errors[0].startswith("error: the verl run stopped:"), stderr[-3000:]
-        assert "continue from checkpoint step 2 with trainer.resume_mode=auto" in errors[0]
-        first = _steps(tmp_path / "run.log")
-        assert sorted(first) == [1, 2], sorted(first)
-        assert first[2]["seal/env_faults"] == 4.0 and first[2]["seal/skipped_updates"] == 1.0
-        assert first[1]["seal/env_faults"] == 0.0
-
-        resumed = _launch(tmp_path, [*overrides, "trainer.resume_mode=auto"], tmp_path / "resume.log")
-        _, stderr = resumed.communicate(timeout=600)
-        assert resumed.returncode == 0, stderr[-3000:]
-        second = _steps(tmp_path / "resume.log")
-        assert sorted(second) == [3], sorted(second)
-        # What the user reads: the last step's console line, forwarded from the trainer's Ray actor.
-        assert "step:3 - " in (tmp_path / "resume.log").read_text()
-        assert second[3]["seal/env_faults"] == 0.0 and second[3]["seal/observed_episodes"] == 4.0
-        assert _tracker(exp) == 3
+        _wait_for(lambda: (exp / "validation_log" / "0.jsonl").is_file(), train, "the validation before training")
+        _kill_service(train)  # step 1 plays against a dead service
+        # Step 1's record is written after everything step 1 does with the workers (its checkpoint,
+        # the weight sync); step 2 needs the actor worker again before its own checkpoint.
+        _wait_for(lambda: 1 in _steps(tmp_path / "train.log"), train, "step 1's metrics")
+        _kill_verl_worker(train)
+        train.wait(timeout=300)
     finally:
-        _stop(service)
+        _stop_tree(train)
+    out = (tmp_path / "train.log").read_text()
+    assert train.returncode == 1, out[-3000:]
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: the verl run stopped:"), out[-3000:]
+    assert "continue from checkpoint step 1 with trainer.resume_mode=auto" in errors[0]
+    first = _steps(tmp_path / "train.log")
+    assert sorted(first) == [0, 1], sorted(first)
+    assert first[1]["seal/env_faults"] == 4.0 and first[1]["seal/skipped_updates"] == 1.0
+    assert _observe_count(exp / "checkpoints" / "global_step_1") == 0  # the faulted episodes taught nothing
+    assert "Started a local Ray instance" in out and "verl on the CPU platform" in out
 
-
-@pytest.mark.slow
-@pytest.mark.ray
-def test_the_cpu_smoke_runs_verls_own_fit_under_ray(tmp_path):
-    """``--cpu``: the verl backend as one program on this machine (exp/verl_cpu.yaml with a tiny
-    model): a real local Ray cluster, verl's RayPPOTrainer.fit with the FSDP2 actor and reference
-    worker on gloo, the agent-loop worker playing the seal agent loop against the HTTP service,
-    the seal_cpu rollout replica; validation, two steps with a checkpoint each, a resume for the
-    third, and every output check PASS."""
-    _, names, logs = run_smoke(["--cpu"], tmp_path, timeout=1200)
+    resume = _smoke(tmp_path, [*args, "--phase", "resume", *extra], tmp_path / "resume.log")
+    try:
+        resume.wait(timeout=900)
+    finally:
+        _stop_tree(resume)
+    out = (tmp_path / "resume.log").read_text()
+    assert resume.returncode == 0, out[-6000:]
+    results = [line for line in out.splitlines() if line.startswith(("PASS  ", "FAIL  "))]
+    assert results and all(line.startswith("PASS  ") for line in results), "\n".join(results)
     assert {"validation log step 0", "validation log step 2", "validation log step 3", "capability state",
-            "checkpoint step 1", "checkpoint step 2", "checkpoint step 3", "resume tracker"} <= names, names
-    train_log = (logs / "smoke_train.log").read_text()
-    assert "Started a local Ray instance" in train_log and "verl on the CPU platform" in train_log
-    exp = tmp_path / "experiments" / "smoke"
-    assert (exp / "checkpoints" / "global_step_3" / "actor").is_dir()
+            "checkpoint step 1", "checkpoint step 2", "checkpoint step 3", "resume tracker"} <= {
+        line[6:].split(":")[0] for line in results}
+    second = _steps(tmp_path / "resume.log")
+    assert sorted(second) == [2, 3], sorted(second)
+    # What the user reads: the last step's console line, forwarded from the trainer's Ray actor.
+    assert "step:3 - " in out
+    assert all(second[k]["seal/env_faults"] == 0.0 and second[k]["seal/observed_episodes"] == 4.0 for k in (2, 3))
+    assert _tracker(exp) == 3 and (exp / "checkpoints" / "global_step_3" / "actor").is_dir()
+    assert _observe_count(exp / "checkpoints" / "global_step_3") == 8
