@@ -170,11 +170,18 @@ def test_seal_eval_with_conf_plays_a_plugin_environment(home: ModuleType, tmp_pa
 
 @pytest.mark.slow
 def test_two_training_steps_through_the_launcher_with_env(tmp_path: Path) -> None:
+    """The plug-in's whole path through the launcher, on a tiny model with SmolLM2's tokenizer:
+    what is tested is the plumbing (the real model's launcher run is tests/test_notes_example.py)."""
+    from test_gpu_smoke import MODEL_DIR, _tiny_model
+
+    if not (MODEL_DIR / "tokenizer.json").is_file():
+        pytest.skip("models/SmolLM2-135M-Instruct is not installed (run install.sh)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PLUGIN_DIR), os.environ.get("PYTHONPATH", "")])}
     url = f"http://127.0.0.1:{free_port()}"
+    model = _tiny_model(tmp_path / "tiny_model")
     proc = subprocess.run([sys.executable, str(ROOT / "launcher.py"), "--conf", CONF, "--with-env", "--",
-                           f"env_service.url={url}"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=600)
+                           f"env_service.url={url}", f"actor_rollout_ref.model.path={model}"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     exp = tmp_path / "experiments" / "home_plugin"
     steps = [json.loads(line) for line in (exp / "metrics.jsonl").read_text().splitlines()]
