@@ -80,7 +80,7 @@ def _tracker(exp: Path) -> int:
     return int(path.read_text().strip()) if path.is_file() else 0
 
 
-def _wait_for(condition, proc: subprocess.Popen, what: str, timeout: float = 600) -> None:
+def _wait_for(condition, proc: subprocess.Popen, what: str, timeout: float = 1200) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert proc.poll() is None, f"the run ended before {what}"
