@@ -17,11 +17,13 @@ validation of the starting policy. Scores are the episodes' ``score`` (pass = 1)
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 from collections import defaultdict
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's seal, run as a script
+from seal.eval.logs import read_log_file, record_score  # noqa: E402
 
 Scores = dict[str, list[float]]
 
@@ -30,10 +32,8 @@ def read_scores(paths: list[Path]) -> Scores:
     """Task id -> the scores of its episodes, over every log in ``paths``."""
     out: Scores = defaultdict(list)
     for path in paths:
-        for line in path.read_text().splitlines():
-            if line.strip():
-                record = json.loads(line)
-                out[str(record["task_id"])].append(float(record["score"]))
+        for record in read_log_file(path):
+            out[str(record["task_id"])].append(record_score(record))
     return dict(out)
 
 
