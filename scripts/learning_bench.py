@@ -226,11 +226,19 @@ def mean_std(xs: list[float]) -> str:
 
 
 def t_interval(diffs: list[float]) -> tuple[float, float, float]:
+    """Mean and 95 % t-interval over seeds; the bounds are NaN with one seed (see :func:`span`)."""
     m = statistics.mean(diffs)
     if len(diffs) < 2:
         return m, float("nan"), float("nan")
     half = T_975.get(len(diffs) - 1, 1.96) * statistics.stdev(diffs) / math.sqrt(len(diffs))
     return m, m - half, m + half
+
+
+def span(lo: float, hi: float, seeds: int) -> str:
+    """``[lo, hi]`` as printed, or why there is no interval (a t-interval needs two seeds)."""
+    if math.isnan(lo) or math.isnan(hi):
+        return f"n/a ({seeds} seed{'s' if seeds != 1 else ''})"
+    return f"[{lo:+.3f}, {hi:+.3f}]"
 
 
 def paired_bootstrap(a: list[RunResult], b: list[RunResult], *, sampled: bool = False,
@@ -302,7 +310,7 @@ def report(results: dict[str, list[RunResult]]) -> dict:
             gain = rl_gain(runs, sampled=sampled)
             if gain is not None:
                 print(f"RL's held-out gain ({label}, after - before): {gain['mean']:+.3f} over {gain['pairs']} "
-                      f"(seed, task) pairs; 95% t-interval over seeds [{gain['t95'][0]:+.3f}, {gain['t95'][1]:+.3f}]; "
+                      f"(seed, task) pairs; 95% t-interval over seeds {span(*gain['t95'], len(gain['per_seed']))}; "
                       f"bootstrap over seed x task [{gain['bootstrap95'][0]:+.3f}, {gain['bootstrap95'][1]:+.3f}]")
                 summary.setdefault("rl_gain", {}).setdefault(variant, {})[label] = gain
     names = list(results)
@@ -324,7 +332,7 @@ def difference(names: list[str], a: list[RunResult], b: list[RunResult], summary
         blo, bhi = paired_bootstrap(a, b, sampled=is_sampled)
         label = "sampled held-out pass fraction" if is_sampled else "held-out pass rate"
         print(f"{what}{names[1]} - {names[0]}, {label} after training: {m:+.3f} "
-              f"(95% t-interval over {len(per_seed)} seeds [{lo:+.3f}, {hi:+.3f}]; paired bootstrap over "
+              f"(95% t-interval over {len(per_seed)} seeds {span(lo, hi, len(per_seed))}; paired bootstrap over "
               f"seed x task [{blo:+.3f}, {bhi:+.3f}])")
         summary[key] = {"of": f"{names[1]} - {names[0]}", "mean": m, "t95": [lo, hi],
                         "bootstrap95": [blo, bhi], "per_seed": per_seed}

@@ -53,6 +53,12 @@ def test_the_difference_and_its_intervals() -> None:
     assert 0.0 <= lo <= 0.5 <= hi <= 1.0
 
 
+def test_one_seed_has_no_t_interval_and_says_so() -> None:
+    m, lo, hi = lb.t_interval([0.25])
+    assert m == 0.25 and lb.span(lo, hi, 1) == "n/a (1 seed)"
+    assert lb.span(-0.05, 0.125, 3) == "[-0.050, +0.125]"
+
+
 def test_variants_name_the_ablation_switches_for_the_configs_environment() -> None:
     assert lb.variant_overrides("vanilla", "notes") == ("vanilla", ["seal.enable=false",
                                                                     "env_service.notes.observation_lite.enable=false"])
