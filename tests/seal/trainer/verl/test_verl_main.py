@@ -199,37 +199,50 @@ def test_generation_batch_carries_env_params_per_mode(seal_cfg, vanilla_cfg, tmp
     assert gen.non_tensor_batch["env_params"][0]["observation_lite"]["enable"] is False
 
 
-@pytest.mark.slow
-@pytest.mark.ray
-def test_agent_loop_imports_in_a_ray_worker(seal_cfg, tmp_path):
-    """A Ray worker started with the prepared runtime env (from another directory) resolves the
-    agent loop the way verl's AgentLoopWorker does."""
-    ray = pytest.importorskip("ray")
+RESOLVE_AGENT_LOOP = """
+import sys
+import hydra
+from omegaconf import OmegaConf
+entry = OmegaConf.load(sys.argv[1])[0]
+cls = hydra.utils.get_class(entry._target_)
+print(entry.name, f"{cls.__module__}.{cls.__qualname__}")
+"""
+
+
+def test_a_worker_process_resolves_the_agent_loop_from_another_directory(seal_cfg, tmp_path):
+    """A fresh interpreter with the prepared runtime env's variables, started in another
+    directory, resolves the agent loop the way verl's AgentLoopWorker does (the registry file,
+    then ``hydra.utils.get_class``). Inside a real Ray worker, tests/test_verl_cpu_ray.py runs it:
+    its episodes are this agent loop's (``seal/observed_episodes``)."""
+    import subprocess
+    import sys
+
     out = prepare_config(seal_cfg, base=tmp_path, exp_dir=tmp_path)
-    runtime_env = OmegaConf.to_container(out.ray_kwargs.ray_init.runtime_env)
-    runtime_env.pop("py_executable", None)
+    env_vars = OmegaConf.to_container(out.ray_kwargs.ray_init.runtime_env.env_vars)
+    assert str(REPO_ROOT) in env_vars["PYTHONPATH"].split(os.pathsep)
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, **{k: str(v) for k, v in env_vars.items()}}
+    done = subprocess.run([sys.executable, "-c", RESOLVE_AGENT_LOOP, out.actor_rollout_ref.rollout.agent.agent_loop_config_path],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["seal", "seal.rollout.agent_loop.SealAgentLoop"]
 
-    def resolve(path: str) -> tuple[str, str]:
-        import hydra
-        from omegaconf import OmegaConf as OC
 
-        entry = OC.load(path)[0]
-        cls = hydra.utils.get_class(entry._target_)
-        return entry.name, f"{cls.__module__}.{cls.__qualname__}"
+def test_the_task_runner_is_pinned_to_the_launching_node(monkeypatch):
+    """Its experiment folder, logs and diagnosis state must land on the launching node's disk."""
+    import ray
 
-    cwd = os.getcwd()
-    os.chdir(tmp_path)
-    try:
-        ray.init(num_cpus=1, include_dashboard=False, runtime_env=runtime_env)
-        name, target = ray.get(ray.remote(resolve).remote(
-            out.actor_rollout_ref.rollout.agent.agent_loop_config_path), timeout=240)
-        strategy = _RunnerFactory(str(tmp_path)).actor_options()["scheduling_strategy"]
-        assert strategy.node_id == ray.get_runtime_context().get_node_id() and not strategy.soft
-    finally:
-        ray.shutdown()
-        os.chdir(cwd)
-    assert (name, target) == ("seal", "seal.rollout.agent_loop.SealAgentLoop")
-    assert Path(tmp_path).is_dir()
+    NODE = "ab" * 28  # a node id is 28 bytes of hex
+
+    class Context:
+        def get_node_id(self) -> str:
+            return NODE
+
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: Context())
+    monkeypatch.setattr(ray.util.client.ray, "is_connected", lambda: False)
+    strategy = _RunnerFactory("/x").actor_options()["scheduling_strategy"]
+    assert strategy.node_id == NODE and not strategy.soft
+    mine = object()
+    assert _RunnerFactory("/x").options(scheduling_strategy=mine).actor_options()["scheduling_strategy"] is mine
 
 
 def _seal_record(task_id, valid, tags):
