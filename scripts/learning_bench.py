@@ -13,8 +13,9 @@ reported with a 95 % t-interval over seeds and a paired bootstrap interval over 
 Variants: ``seal`` (the config as it is) and ``vanilla`` (the switches of
 exp/ablations/vanilla_rl.yaml: ``seal.enable=false`` and the environment's ``observation_lite``
 off; the reward mode stays the recipe's, so only SEAL's parts differ). ``NAME=k=v,k=v`` defines
-another. Every variant starts where the first one did: with a warm start, the later variants reuse
-the first one's checkpoint and RL tasks (:func:`same_start`). Writes ``<out>/summary.json``, ``<out>/learning.png`` and each run's log.
+another. Every variant starts where the config's own recipe starts: with a warm start, that checkpoint
+(trained here first if it is not there yet) and the RL tasks it leaves, whatever the variants and
+their order (:func:`recipe_start`). Writes ``<out>/summary.json``, ``<out>/learning.png`` and each run's log.
 
 ``--share-before``: the validation before the first step runs once, in the first run; the others
 skip it (``trainer.val_before_train=false``) and are compared with it. Every run starts from the
@@ -136,22 +137,22 @@ def first_and_last_scores(log_dir: Path) -> tuple[dict[str, float], dict[str, fl
     return before, after
 
 
-def same_start(conf: str, overrides: list[str], first_run: Path) -> list[str]:
-    """Overrides that give a later variant the first variant's starting point when the config has
-    a warm start: its checkpoint (from the first run's resolved config) and its RL tasks, with the
-    warm start itself off. Without them a variant that changes the training interface would
-    fine-tune its own warm start on other transcripts, and the comparison would mix the two."""
-    from omegaconf import OmegaConf
-
+def recipe_start(conf: str, overrides: list[str]) -> list[str]:
+    """Overrides that start every variant from the config's own warm start, when it has one: its
+    checkpoint (fine-tuned now, in this process, unless it exists) and its RL tasks, with the
+    warm start itself off. Without them a variant that changes the training interface (vanilla
+    turns the schema hints off) would fine-tune its own warm start on other transcripts, and the
+    comparison would mix the two."""
+    from seal import warm_start
     from seal.config import compose_config
     from seal.trainer.tasks import select_task_ids
 
     cfg = compose_config(conf, overrides)
     if not cfg.seal.warm_start.enable:
         return []
-    resolved = OmegaConf.load(first_run / "config.yaml")
     ids = ",".join(select_task_ids(cfg, "train"))
-    return ["seal.warm_start.enable=false", f"actor_rollout_ref.model.path={resolved.actor_rollout_ref.model.path}",
+    ready = warm_start.prepare(cfg)
+    return ["seal.warm_start.enable=false", f"actor_rollout_ref.model.path={ready.actor_rollout_ref.model.path}",
             f"seal.tasks.train_ids=[{ids}]"]
 
 
@@ -390,19 +391,16 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, list[RunResult]] = {}
-    first: str | None = None
+    start = recipe_start(args.conf, overrides)
     for spec in args.variants:
         name, extra = variant_overrides(spec, env)
-        if first is not None:
-            extra = same_start(args.conf, overrides, ROOT / "experiments" / run_name(args.conf, first, args.seeds[0])) \
-                + extra
+        extra = start + extra
         results[name] = []
         for seed in args.seeds:
             baseline = next((r for runs in results.values() for r in runs), None) if args.share_before else None
             skip = ["trainer.val_before_train=false"] if baseline is not None else []
             run = run_one(args.conf, name, extra + skip, seed, out, overrides, reuse=args.reuse)
             results[name].append(with_baseline(run, baseline) if baseline is not None else run)
-        first = first or name
     failed = [r for runs in results.values() for r in runs if r.returncode != 0]
     results = {k: [r for r in v if r.returncode == 0] for k, v in results.items()}
     summary = report(results)

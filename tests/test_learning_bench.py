@@ -126,3 +126,45 @@ def test_a_run_without_its_own_before_validation_takes_the_first_runs(tmp_path: 
     assert run.sampled_before == {"a": 0.5, "b": 0.5}
     own = lb.RunResult("seal", 2, val_before=0.25, val_scores_before={"a": 1.0, "b": 1.0})
     assert lb.with_baseline(own, baseline).val_scores_before == {"a": 1.0, "b": 1.0}  # a reused run keeps its own
+
+
+def test_every_variant_starts_from_the_configs_own_warm_start(monkeypatch, tmp_path: Path) -> None:
+    """Whatever the variants and their order: vanilla alone or first must not fine-tune a warm start
+    of its own on transcripts without the schema hints (a different starting policy)."""
+    from omegaconf import OmegaConf
+
+    from seal import warm_start
+    from seal.trainer.tasks import warm_start_task_ids
+
+    interfaces = []
+
+    def prepare(cfg, **_):
+        interfaces.append(OmegaConf.select(cfg, "env_service.notes.observation_lite.enable"))
+        cfg.actor_rollout_ref.model.path = "/checkpoint/of/the/recipe"
+        return cfg
+
+    monkeypatch.setattr(warm_start, "prepare", prepare)
+    runs = []
+
+    def run_one(conf, variant, extra, seed, out, overrides, *, reuse=False):
+        runs.append((variant, seed, extra))
+        return lb.RunResult(variant, seed)
+
+    monkeypatch.setattr(lb, "run_one", run_one)
+    monkeypatch.setattr(lb, "plot", lambda results, path: None)
+    conf = "exp/learning/notes_binary_wide.yaml"
+    assert lb.main(["--conf", conf, "--seeds", "1", "--variants", "vanilla", "seal", "--out", str(tmp_path)]) == 0
+    assert interfaces == [True]  # the recipe's own warm start: schema hints on, as SEAL trains
+    assert [(v, s) for v, s, _ in runs] == [("vanilla", 1), ("seal", 1)]
+    for _, _, extra in runs:
+        assert extra[:2] == ["seal.warm_start.enable=false", "actor_rollout_ref.model.path=/checkpoint/of/the/recipe"]
+        rl_ids = extra[2].removeprefix("seal.tasks.train_ids=[").removesuffix("]").split(",")
+        assert len(rl_ids) == 24
+        assert not set(rl_ids) & set(warm_start_task_ids(lb_config(conf)))
+    assert "seal.enable=false" in runs[0][2] and "seal.enable=false" not in runs[1][2]
+
+
+def lb_config(conf: str):
+    from seal.config import compose_config
+
+    return compose_config(conf, [])
