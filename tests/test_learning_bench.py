@@ -134,6 +134,7 @@ def test_every_variant_starts_from_the_configs_own_warm_start(monkeypatch, tmp_p
     from omegaconf import OmegaConf
 
     from seal import warm_start
+    from seal.config import compose_config
     from seal.trainer.tasks import warm_start_task_ids
 
     interfaces = []
@@ -160,11 +161,5 @@ def test_every_variant_starts_from_the_configs_own_warm_start(monkeypatch, tmp_p
         assert extra[:2] == ["seal.warm_start.enable=false", "actor_rollout_ref.model.path=/checkpoint/of/the/recipe"]
         rl_ids = extra[2].removeprefix("seal.tasks.train_ids=[").removesuffix("]").split(",")
         assert len(rl_ids) == 24
-        assert not set(rl_ids) & set(warm_start_task_ids(lb_config(conf)))
+        assert not set(rl_ids) & set(warm_start_task_ids(compose_config(conf, [])))
     assert "seal.enable=false" in runs[0][2] and "seal.enable=false" not in runs[1][2]
-
-
-def lb_config(conf: str):
-    from seal.config import compose_config
-
-    return compose_config(conf, [])
