@@ -194,6 +194,9 @@ class TasksKeys:
                                          ge=1)
     max_train_tasks: int | None = knob(None, "Keep the first N training tasks after the filters; null = all.",
                                        ge=1)
+    match_val_categories: bool = knob(False, "Keep the training tasks in the validation split's category shares "
+                                      "(each category's first ones, max_train_tasks of them) instead of the "
+                                      "first N as listed; false = as listed.")
     max_val_tasks: int | None = knob(None, "Keep the first N validation tasks after the filters; null = all.",
                                      ge=1)
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,9 @@ def select_task_ids(cfg: DictConfig, split: str, *, prompt_tokens: Callable[[str
     environment's task store records them); for the training split, ``from_tags`` / ``from_log`` (see
     :func:`tasks_with_tags`); ``max_prompt_tokens`` (``default_max_prompt_tokens`` when unset;
     needs ``prompt_tokens(task_id)``, the rendered initial prompt length, see
-    :mod:`seal.rollout.prompt_length`); the first ``max_<split>_tasks``.
+    :mod:`seal.rollout.prompt_length`); the first ``max_<split>_tasks``, or for the training split
+    with ``match_val_categories`` that many in the validation split's category shares
+    (:func:`in_category_shares`).
     """
     from seal.rollout.prompt_length import fitting_tasks
 
@@ -71,12 +74,46 @@ def select_task_ids(cfg: DictConfig, split: str, *, prompt_tokens: Callable[[str
     if max_tokens and prompt_tokens is not None:
         ids = fitting_tasks(ids, prompt_tokens, int(max_tokens), split=split)
     limit = t.get(f"max_{split}_tasks")
-    if limit:
+    if split == "train" and t.get("match_val_categories"):
+        val_ids = select_task_ids(cfg, "val")
+        categories = task_categories(cfg, [*ids, *val_ids])
+        ids = in_category_shares(ids, categories, [categories[i] for i in val_ids], int(limit or len(ids)))
+    elif limit:
         ids = ids[: int(limit)]
     if not ids:
         raise ConfigError(f"seal.tasks: no {split} task left after the filters; relax them or list "
                           f"seal.tasks.{split}_ids")
     return ids
+
+
+def in_category_shares(ids: Sequence[str], categories: dict[str, str], reference: Sequence[str], n: int
+                       ) -> list[str]:
+    """``n`` of ``ids`` whose categories follow the shares of ``reference`` (one category per
+    reference task), each category's first ids, in ``ids``' order.
+
+    Each category gets ``n`` times its share, rounded by largest remainder. A category with fewer
+    ids than its count gives the rest of its slots to the others, the most frequent in
+    ``reference`` first, then to categories ``reference`` lacks, in ``ids``' order.
+    """
+    n = min(n, len(ids))
+    pools: dict[str, list[str]] = {}
+    for i in ids:
+        pools.setdefault(categories[i], []).append(i)
+    shares = Counter(reference)
+    exact = {c: n * k / max(len(reference), 1) for c, k in shares.items()}
+    counts = {c: int(x) for c, x in exact.items()}
+    for c in sorted(exact, key=lambda c: exact[c] - counts[c], reverse=True)[: n - sum(counts.values())]:
+        counts[c] += 1
+    counts = {c: min(k, len(pools.get(c, []))) for c, k in counts.items()}
+    order = [c for c, _ in shares.most_common()] + [c for c in pools if c not in shares]
+    for c in order:
+        extra = min(n - sum(counts.values()), len(pools.get(c, [])) - counts.get(c, 0))
+        counts[c] = counts.get(c, 0) + extra
+    chosen = {i for c, k in counts.items() for i in pools.get(c, [])[:k]}
+    kept = [i for i in ids if i in chosen]
+    logger.info("seal.tasks.match_val_categories: %d training tasks, %s", len(kept),
+                ", ".join(f"{c} {k}" for c, k in sorted(counts.items()) if k))
+    return kept
 
 
 def warm_start_task_ids(cfg: Any) -> list[str]:
