@@ -7,7 +7,7 @@ import pytest
 
 from seal.config import REPO_ROOT, ConfigError, compose_config
 from seal.eval.logs import ValidationLogWriter, ValidationRecord
-from seal.trainer.tasks import expand_tags, select_task_ids
+from seal.trainer.tasks import expand_tags, select_task_ids, warm_start_task_ids
 
 TRAIN = ["multi_turn_base_1", "multi_turn_base_2", "multi_turn_miss_func_3", "multi_turn_miss_param_4",
          "multi_turn_long_context_5"]
@@ -102,3 +102,39 @@ def test_no_filter_by_default():
     cfg = _cfg()
     assert cfg.seal.tasks.from_tags is None and cfg.seal.tasks.from_log is None
     assert select_task_ids(cfg, "train") == TRAIN
+
+
+def test_category_shares_follow_the_reference_and_pass_on_a_shortfall():
+    from seal.trainer.tasks import in_category_shares
+
+    ids = [f"t{i}" for i in range(12)]
+    cats = dict(zip(ids, ["a", "a", "a", "a", "a", "a", "b", "b", "b", "c", "d", "d"]))
+    # Reference a 1/2, b 1/4, c 1/4 -> of 8: a 4, b 2, c 2; c has one task, so a (most frequent) takes its slot.
+    picked = in_category_shares(ids, cats, ["a", "a", "b", "c"], 8)
+    assert picked == ["t0", "t1", "t2", "t3", "t4", "t6", "t7", "t9"]
+    # Largest remainder: of 3 with shares 1/2, 1/4, 1/4 -> a 1.5, b 0.75, c 0.75 -> a 1, b 1, c 1.
+    assert sorted(cats[i] for i in in_category_shares(ids, cats, ["a", "a", "b", "c"], 3)) == ["a", "b", "c"]
+    # Categories the reference lacks fill what is left, in listed order; never more than there are.
+    assert in_category_shares(ids, cats, ["c"], 3) == ["t0", "t1", "t9"]
+    assert len(in_category_shares(ids, cats, ["a"], 50)) == 12
+
+
+def test_match_val_categories_draws_the_rl_tasks_in_the_held_out_shares():
+    from collections import Counter
+
+    from seal.environment import task_categories
+
+    conf = REPO_ROOT / "exp" / "learning" / "notes_binary_wide.yaml"
+    listed = select_task_ids(compose_config(conf, []), "train")
+    cfg = compose_config(conf, ["seal.tasks.match_val_categories=true"])
+    matched = select_task_ids(cfg, "train")
+    val = Counter(task_categories(cfg, select_task_ids(cfg, "val")).values())
+    assert val == {"single_app": 14, "cross_app": 10, "abstain": 6}
+    assert "abstain" not in task_categories(cfg, listed).values()  # as listed, RL never sees an abstain task
+    # 24 x (14, 10, 6) / 30 = 11.2, 8, 4.8 -> 11, 8, 5; only 10 single_app tasks are left after the
+    # warm start's, so cross_app, the next most frequent, takes the eleventh slot.
+    pool = Counter(task_categories(cfg, select_task_ids(compose_config(conf, ["seal.tasks.max_train_tasks=null"]),
+                                                        "train")).values())
+    assert pool["single_app"] == 10
+    assert Counter(task_categories(cfg, matched).values()) == {"single_app": 10, "cross_app": 9, "abstain": 5}
+    assert len(matched) == 24 and not set(matched) & set(warm_start_task_ids(cfg))
