@@ -97,7 +97,10 @@ def read_run(exp_dir: Path, variant: str, seed: int) -> RunResult:
         if m["step"] >= 1 and "seal/reward_mean" in m:
             res.rewards.append(float(m["seal/reward_mean"]))
             episodes = float(m.get("seal/trained_episodes") or 0)
-            if episodes:
+            if episodes and "actor/advantage_rows" in m:
+                res.signal.append(float(m["actor/advantage_rows"]) / episodes)
+            elif episodes:  # runs from before that metric: the rows left out of the update, which
+                # are the zero-advantage ones only while the policy still equals the reference
                 res.signal.append(1.0 - float(m.get("actor/skipped_rows", 0)) / episodes)
             if "actor/kl_loss" in m:
                 res.kl_last = float(m["actor/kl_loss"])
@@ -294,7 +297,7 @@ def report(results: dict[str, list[RunResult]]) -> dict:
             rw = " ".join(f"{x:.2f}" for x in r.rewards)
             sig = " ".join(f"{x:.2f}" for x in r.signal)
             won, lost = flips(r)
-            print(f"seed {r.seed}: reward per step [{rw}] | episodes with an advantage [{sig}] | "
+            print(f"seed {r.seed}: reward per step [{rw}] | episodes with a non-zero advantage [{sig}] | "
                   f"val {r.val_before} -> {r.val_after} (greedy: {won} tasks newly passed, {lost} newly failed) | "
                   f"updates {r.updates} (skipped {r.skipped_updates}) | KL at the last step {r.kl_last} | "
                   f"{r.wall_s / 60:.1f} min")

@@ -44,6 +44,17 @@ def test_a_run_is_read_as_the_trainer_wrote_it(tmp_path: Path) -> None:
     assert lb.finished(exp)
 
 
+def test_the_advantage_share_is_read_from_its_own_metric(tmp_path: Path) -> None:
+    """From step 2 on every row is in the update (its KL term has a gradient), so the rows left
+    out no longer say how many episodes had an advantage: the trainer's count does."""
+    exp = _fake_run(tmp_path, [0.2, 0.3, 0.5], (0.4, 0.5), {"a": 1.0})
+    lines = [json.loads(x) for x in (exp / "metrics.jsonl").read_text().splitlines()]
+    for m, rows in zip(lines[1:], (2.0, 0.0, 4.0)):
+        m["actor/advantage_rows"] = rows
+    (exp / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in lines))
+    assert lb.read_run(exp, "seal", 3).signal == [0.5, 0.0, 1.0]
+
+
 def test_the_difference_and_its_intervals() -> None:
     m, lo, hi = lb.t_interval([0.1, 0.2, 0.3])
     assert m == pytest.approx(0.2) and lo < 0.2 < hi and hi - lo == pytest.approx(2 * 4.303 * 0.1 / 3 ** 0.5)

@@ -122,6 +122,12 @@ class RowForwards:
         return autocast_context(self.device, self.autocast)
 
 
+def rows_with_advantage(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``(B,)`` bool: the rows of ``advantages`` ``(B, T)`` with a non-zero advantage on a response
+    token (a GRPO group whose episodes all scored the same has none)."""
+    return ((advantages != 0) & (mask[:, : advantages.shape[1]] > 0)).any(dim=1)
+
+
 def rows_with_signal(advantages: torch.Tensor, mask: torch.Tensor, settings: LossSettings) -> list[bool]:
     """Per row of ``advantages`` ``(B, T)``: whether its loss has a term besides the KL one.
 
@@ -130,7 +136,7 @@ def rows_with_signal(advantages: torch.Tensor, mask: torch.Tensor, settings: Los
     still train such a row, so with one every row counts."""
     if settings.entropy_coeff != 0:
         return [True] * advantages.shape[0]
-    return ((advantages != 0) & (mask[:, : advantages.shape[1]] > 0)).any(dim=1).tolist()
+    return rows_with_advantage(advantages, mask).tolist()
 
 
 def kl_gradient_is_zero(model: torch.nn.Module, ref_model: torch.nn.Module | None, settings: LossSettings
@@ -216,6 +222,7 @@ def policy_update(model: torch.nn.Module, ref_model: torch.nn.Module | None, opt
     out.update({k: float(counts[k]) for k in ("actor/skipped_updates", "actor/skipped_rows")})
     out["actor/num_updates"] = float(ppo_epochs * len(minibatches))
     out["actor/response_tokens"] = float(batch.mask.sum().item())
+    out["actor/advantage_rows"] = float(rows_with_advantage(advantages, batch.mask).sum().item())
     out["timing/ref_s"] = ref_seconds
     return out
 

@@ -188,6 +188,7 @@ def test_mixed_batch_trains_only_signal_rows_with_the_full_batch_gradient(kl: bo
     counter = ForwardCounter(model)
     metrics = run_update(model, ref, optimizer, batch, adv, settings(kl=kl), grad_clip=1e9)
     assert counter.calls == 4 and metrics["actor/skipped_rows"] == 2.0 and metrics["actor/skipped_updates"] == 0.0
+    assert metrics["actor/advantage_rows"] == 4.0
     assert expected.keys() == optimizer.grads.keys()
     for key, grad in expected.items():
         assert torch.allclose(optimizer.grads[key], grad, rtol=1e-5, atol=1e-9)
