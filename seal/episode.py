@@ -135,7 +135,8 @@ class EpisodeResult:
     :func:`seal.rewards.episode_reward` (0 when excluded; the binary verdict for validation).
     ``num_response_tokens`` counts the model's own tokens over the whole episode;
     ``truncated_response_tokens`` those cut from the training tensors. ``error`` is the fault's
-    reason as the runner saw it (``None`` unless a fault or a failure to run).
+    reason as the runner saw it (``None`` unless a fault or a failure to run). ``call_turns``: the
+    ground-truth turn (the environment's ``turn``) each accepted LLM call was made in, in order.
     """
 
     task_id: str
@@ -156,12 +157,14 @@ class EpisodeResult:
     excluded: bool = False
     error: str | None = None
     env_attempts: int = 1
+    call_turns: tuple[int | None, ...] = ()
 
     def __post_init__(self) -> None:
         # A faulted episode is never trained on, whoever built the record.
         if (self.env_fault or self.llm_fault) and not self.excluded:
             object.__setattr__(self, "excluded", True)
         object.__setattr__(self, "messages", tuple(dict(m) for m in self.messages))
+        object.__setattr__(self, "call_turns", tuple(None if t is None else int(t) for t in self.call_turns))
 
     @property
     def faulted(self) -> bool:
@@ -208,13 +211,14 @@ class EpisodeResult:
         out["check"] = self.evaluation.to_wire() if self.evaluation is not None else None
         out["messages"] = [dict(m) for m in self.messages]
         out["reward_meta"] = dict(self.reward_meta)
+        out["call_turns"] = list(self.call_turns)
         return out
 
     @classmethod
     def from_fields(cls, fields: Mapping[str, Any]) -> EpisodeResult:
         """The record back from :meth:`to_fields`' dict (or one batch row of its columns).
         Raises :class:`WireFormatError` naming every missing field."""
-        missing = [n for n in FIELD_NAMES if n not in fields]
+        missing = [n for n in FIELD_NAMES if n not in fields and n not in _OPTIONAL_FIELDS]
         if missing:
             raise WireFormatError(f"episode fields lack {missing} (not written by EpisodeResult.to_fields)")
         check = fields["check"]
@@ -229,6 +233,7 @@ class EpisodeResult:
                 messages=tuple(fields["messages"]),
                 **{k: _bool(fields[k], k) for k in ("env_fault", "llm_fault", "excluded")},
                 error=None if fields["error"] is None else str(fields["error"]),
+                call_turns=tuple(fields.get("call_turns") or ()),
             )
         except (TypeError, ValueError) as exc:
             if isinstance(exc, WireFormatError):
@@ -238,6 +243,8 @@ class EpisodeResult:
 
 _INT_FIELDS = ("num_llm_calls", "num_prompt_tokens", "num_response_tokens", "truncated_response_tokens",
                "clipped_observations", "env_attempts")
+# Fields a record written before they existed lacks (read as their default).
+_OPTIONAL_FIELDS = ("call_turns",)
 # The keys of EpisodeResult.to_fields(), in order.
 FIELD_NAMES = tuple(f.name for f in dataclasses.fields(EpisodeResult) if f.name != "evaluation") + ("check",)
 

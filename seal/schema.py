@@ -104,6 +104,8 @@ class AdvantageKeys:
     reweighter: str = knob("apatch", "apatch, identity, or one a plug-in registers; each reads its own block "
                            "seal.advantage.<name>.", choices=_reweighters)
     apatch: APatchConfig = field(default_factory=APatchConfig, metadata={"doc": "A-Patch's settings."})
+    turn_credit: bool = knob(False, "Per-turn credit from the diagnosis: a turn tagged right never gets a negative "
+                             "advantage, a failed turn never a positive one (off in SEAL; docs/paper_map.md).")
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from seal_shared.types import UNKNOWN_TAG, FailureTag, PaperLabel
 
 __all__ = ["TagDefinition", "TurnEvidence", "classify_turn", "default_guidelines", "default_tag_weights",
            "excluded_tags", "get_tag", "guideline_excluded_tags", "known_tags", "register_tag", "tag_definitions",
-           "unregister_tag"]
+           "turn_verdict", "unregister_tag"]
 
 
 @dataclass(frozen=True)
@@ -163,6 +163,16 @@ def known_tags() -> frozenset[str]:
 def excluded_tags() -> frozenset[str]:
     """Tags that say nothing about the policy: left out of A-Patch averaging and prevalence."""
     return frozenset(d.name for d in _ORDER if d.excluded)
+
+
+def turn_verdict(tag: str) -> bool | None:
+    """Whether a turn tagged ``tag`` was done right: ``True`` for a registered non-failure
+    (``pass``, ``correct_abstention``), ``False`` for a failure, ``None`` when the tag says nothing
+    about the policy (an excluded tag, or one not registered)."""
+    definition = _REGISTRY.get(str(tag))
+    if definition is None or definition.excluded:
+        return None
+    return not definition.failure
 
 
 def guideline_excluded_tags() -> frozenset[str]:

@@ -170,7 +170,7 @@ class SealAgentLoop(AgentLoopBase):
             # untrainable as a fault: excluded, so every trainer leaves it out the same way.
             excluded=(state.env_fault or state.llm_fault or state.terminated_reason == PROMPT_OVERFLOW
                       or not any(trace.response_mask)),
-            error=state.error, env_attempts=state.attempt)
+            error=state.error, env_attempts=state.attempt, call_turns=tuple(state.call_turns))
         reward = episode_reward(result, cfg=self.reward_cfg, train=mode != "validate",
                                 epoch=int(extra_info.get("epoch", 0) or 0),
                                 total_epochs=int(select(self.config, "trainer.total_epochs", 1) or 1))

@@ -99,6 +99,7 @@ class EpisodeState:
     num_llm_calls: int = 0
     calls_in_turn: int = 0
     turn: Any = None
+    call_turns: list[Any] = field(default_factory=list)
     terminated_reason: str | None = None
     env_terminated: bool = False
     llm_fault: bool = False
@@ -211,6 +212,7 @@ async def _play(state: EpisodeState, client: Any, instance_id: str, s: RolloutSe
             _llm_failed(state, reply.fault)
             return
         gen.accept(reply)
+        state.call_turns.append(state.turn if isinstance(state.turn, int) else None)
         state.messages.append({"role": "assistant", "content": reply.text})
         step = await _env(state, "step", client.step, instance_id, reply.text)
         info = step.info or {}

@@ -9,7 +9,7 @@ A trainer (either backend) calls, per step:
    lines chosen from the capability state when guideline evolution is on;
 2. :meth:`CoEvolution.observe` — the step's *training* episodes feed the capability state;
 3. :meth:`CoEvolution.reweight` — the configured reweighter (``seal.advantage.reweighter``) on the
-   GRPO advantages;
+   GRPO advantages, then :meth:`CoEvolution.credit_turns` (``seal.advantage.turn_credit``);
 4. :meth:`CoEvolution.after_step`, then :meth:`CoEvolution.step_metrics`.
 
 Checkpoints carry :meth:`state_dict` (or :meth:`save` / :meth:`load` on a folder): the
@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ import torch
 from omegaconf import DictConfig
 
 from seal.advantage import REWEIGHTERS, TAG_WEIGHTS, get_reweighter_spec
+from seal.advantage.turn_credit import credit_turns
 from seal.config_base import ConfigError, to_plain
 from seal.diagnosis.state import CapabilityState
 from seal.diagnosis.stats import DiagnosisConfig, DiagnosisStats
@@ -75,6 +76,7 @@ class CoEvolution:
         self.reweighter = selected if self.enabled else get_reweighter_spec("identity")
         self.reweighter_cfg = settings[selected.name] if self.enabled else None
         self.reweighter_state: dict[str, Any] = {}  # what the reweighter's prepare kept last step
+        self.turn_credit = self.enabled and bool(seal.advantage.turn_credit)
         self.state_dir = Path(seal.diagnosis.state_dir or self.exp_dir / "diagnostic_state")
         self.stats_dir = Path(seal.diagnosis.stats_dir or self.exp_dir / "diagnostic_stats")
         self.state: CapabilityState | None = CapabilityState() if self.enabled else None
@@ -132,6 +134,15 @@ class CoEvolution:
         weights, self.reweighter_state = self.reweighter.prepare_step(
             self.reweighter_cfg, step, self.state, self.reweighter_state)
         return self.reweighter.fn(advantages, tags, cfg=self.reweighter_cfg, weights=weights, step=step)
+
+    def credit_turns(self, advantages: torch.Tensor, response_mask: torch.Tensor,
+                     call_turns: Sequence[Sequence[int | None] | None],
+                     tags: Sequence[Sequence[str] | None]) -> tuple[torch.Tensor, dict[str, float]]:
+        """With ``seal.advantage.turn_credit``, each turn's tokens keep the episode's advantage only
+        where the turn's diagnosis agrees (:mod:`seal.advantage.turn_credit`); otherwise unchanged."""
+        if not self.turn_credit:
+            return advantages, {}
+        return credit_turns(advantages, response_mask, call_turns, tags)
 
     def step_metrics(self) -> dict[str, float]:
         """Capability-state scalars for the step (``seal/diagnosis/...``)."""

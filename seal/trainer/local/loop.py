@@ -195,8 +195,12 @@ class LocalTrainer:
             batch = build_batch(kept)
             adv = grpo_advantages_verl(batch, norm_by_std=bool(self.cfg.algorithm.norm_adv_by_std_in_grpo))
             # 5. A-Patch: dynamic tag weights from the state, then per-episode scales.
-            adv, apatch_metrics = self.coevolution.reweight(adv, [list(e.tags) for e in kept], step=step)
+            tags = [list(e.tags) for e in kept]
+            adv, apatch_metrics = self.coevolution.reweight(adv, tags, step=step)
             metrics.update(apatch_metrics)
+            adv, credit_metrics = self.coevolution.credit_turns(adv, batch.mask, [e.result.call_turns for e in kept],
+                                                                tags)
+            metrics.update(credit_metrics)
             # 6. PPO-clip + low_var_kl update, grad clip, AdamW. The clip is the optimizer's
             # clip_grad, the key verl's FSDP engine reads (it does not read actor.grad_clip).
             logger.info("step %d: updating on %d episodes (%d tokens)", step, len(kept),

@@ -105,8 +105,11 @@ class SealRayPPOTrainer(RayPPOTrainer):
         adv = batch.batch["advantages"]
         tags = [list(r.tags) if keep else None for r, keep in zip(results, selection.trainable)]
         new_adv, reweight_metrics = self.coevolution.reweight(adv, tags, step=step)
+        mask = batch.batch["response_mask"].to(new_adv.device)
+        new_adv, credit_metrics = self.coevolution.credit_turns(new_adv, mask, [r.call_turns for r in results], tags)
         batch.batch["advantages"] = new_adv.to(device=adv.device, dtype=adv.dtype)
         metrics.update(reweight_metrics)
+        metrics.update(credit_metrics)
         metrics.update(episode_metrics(results))
         metrics.update(selection.metrics())
         self.coevolution.after_step(epoch, step, ends_epoch=step % steps_per_epoch == 0,
