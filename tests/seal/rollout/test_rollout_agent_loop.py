@@ -326,3 +326,26 @@ def test_observations_take_the_role_the_environment_names(scripted_server: Any, 
     assert roles[:2] == ["system", "user"] and set(roles[2::2]) == {"assistant"} and set(roles[3::2]) == {"ipython"}
     assert tokenizer.decode(out.response_ids).count("<|im_start|>ipython") == roles.count("ipython") == 3
     check_tokens(out, server, tokenizer)
+
+
+def test_each_call_keeps_its_turn_and_turn_credit_reads_it(scripted_server: Any, tokenizer: Any,
+                                                           env_client: Any) -> None:
+    import torch
+
+    from seal.advantage.turn_credit import credit_turns, model_runs
+
+    # Turn 1 done right (a call, then an answer); turn 2 answered without its call: failed.
+    server = scripted_server([CALL_STOCK, "NVDA trades at its listed price.", "I will not fund it."])
+    out = run_episode(make_config(), server, tokenizer, env_client)
+    record = EpisodeResult.from_fields(out.extra_fields)
+    assert record.tags == (FailureTag.PASS, FailureTag.EMPTY_TURN_MODEL_RESPONSE) and out.reward_score == 0.0
+    assert record.call_turns == (0, 0, 1)
+    mask = torch.tensor([out.response_mask], dtype=torch.float32)
+    runs = model_runs(mask[0])
+    assert [end - start for start, end in runs] == [len(ids) for ids in server.outputs]
+
+    credited, metrics = credit_turns(-mask, mask, [record.call_turns], [list(record.tags)])
+    turn_two = runs[2]
+    assert credited[0, : turn_two[0]].eq(0).all()  # the right turn is not pushed down
+    assert credited[0, turn_two[0]: turn_two[1]].eq(-1).all()  # the failed one is
+    assert metrics["seal/turn_credit/unattributed_rows"] == 0.0

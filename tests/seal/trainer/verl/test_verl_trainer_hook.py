@@ -3,6 +3,7 @@ faults kept out of the update, metrics passed to verl's logging, state saved wit
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -76,6 +77,33 @@ def test_vanilla_rl_leaves_grpo_advantages_alone(vanilla_cfg, tmp_path, fake_act
     grpo = batch.batch["advantages"].clone()
     make_trainer(vanilla_cfg, tmp_path).seal_step(batch)
     assert torch.equal(batch.batch["advantages"], grpo)
+
+
+def test_turn_credit_reaches_the_actor(seal_cfg, tmp_path, fake_actor_update):
+    import dataclasses
+
+    from seal.trainer.verl.batch import EPISODE_COLUMN
+    from seal_shared.tags import turn_verdict
+
+    cfg = copy.deepcopy(seal_cfg)
+    cfg.seal.advantage.turn_credit = True
+    batch = make_batch()
+    column = batch.non_tensor_batch[EPISODE_COLUMN]
+    column[:] = [dataclasses.replace(r, call_turns=(0,)) for r in column]  # one call, in the first turn
+    reweighted, _ = _reference(seal_cfg, tmp_path, make_batch(), step=3)
+
+    make_trainer(cfg, tmp_path / "run", step=3)._update_actor(batch)
+
+    seen = fake_actor_update["advantages"]
+    zeroed = 0
+    for i, (reward, tags) in enumerate(EPISODES):
+        right = turn_verdict(tags[0])
+        disagree = torch.zeros_like(reweighted[i], dtype=torch.bool) if right is None else (
+            (reweighted[i] < 0) if right else (reweighted[i] > 0))
+        expected = torch.where(disagree, torch.zeros_like(reweighted[i]), reweighted[i])
+        assert torch.equal(seen[i], expected), f"row {i}"
+        zeroed += int(disagree.sum())
+    assert zeroed > 0, "this batch has a failed episode whose first turn was right"
 
 
 @pytest.mark.parametrize("faults", [{1: "env_fault", 6: "llm_fault"}, {2: "excluded"}], ids=["faults", "overflow"])
