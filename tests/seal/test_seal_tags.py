@@ -19,6 +19,7 @@ from seal_shared.tags import (
     known_tags,
     register_tag,
     tag_definitions,
+    turn_verdict,
     unregister_tag,
 )
 from seal_shared.types import UNKNOWN_TAG, FailureTag, PaperLabel
@@ -110,3 +111,15 @@ def test_a_registered_tag_takes_its_place_in_the_order_and_leaves_cleanly() -> N
     finally:
         unregister_tag("late_response")
     assert classify_turn(evidence) == T.RESPONSE_MISMATCH
+
+
+def test_a_turns_verdict_follows_its_tags_flags() -> None:
+    assert turn_verdict(FailureTag.PASS) is True and turn_verdict(FailureTag.CORRECT_ABSTENTION) is True
+    assert turn_verdict(FailureTag.STATE_MISMATCH) is False and turn_verdict(FailureTag.SPURIOUS_TOOL_CALL) is False
+    assert turn_verdict(FailureTag.GT_ERROR) is None and turn_verdict(FailureTag.CHECKER_ERROR) is None
+    assert turn_verdict(UNKNOWN_TAG) is None and turn_verdict("nobody_registered_this") is None
+    register_tag(TagDefinition("partial_credit", 990, lambda e: False, failure=False))
+    try:
+        assert turn_verdict("partial_credit") is True
+    finally:
+        unregister_tag("partial_credit")
