@@ -40,10 +40,6 @@ def model_runs(mask_row: torch.Tensor) -> list[tuple[int, int]]:
     return list(zip(starts, ends))
 
 
-def _turn_verdicts(tags: Sequence[str] | None) -> list[bool | None]:
-    return [turn_verdict(t) for t in (tags or ())]
-
-
 def _credit_row(row: torch.Tensor, mask_row: torch.Tensor, call_turns: Sequence[int | None],
                 verdicts: Sequence[bool | None]) -> tuple[torch.Tensor, int] | None:
     """The row with its turns credited and the number of tokens zeroed; ``None`` when the mask
@@ -56,10 +52,10 @@ def _credit_row(row: torch.Tensor, mask_row: torch.Tensor, call_turns: Sequence[
         verdict = verdicts[turn] if turn is not None and 0 <= turn < len(verdicts) else None
         if verdict is None:
             continue
-        span = out[start:end]
+        span = out[start:end]  # a view: zeroing it zeroes the row's copy
         disagree = span < 0 if verdict else span > 0
         zeroed += int(disagree.sum())
-        out[start:end] = torch.where(disagree, torch.zeros_like(span), span)
+        span[disagree] = 0
     return out, zeroed
 
 
@@ -83,7 +79,8 @@ def credit_turns(advantages: torch.Tensor, response_mask: torch.Tensor,
     for i, (turns, row_tags) in enumerate(zip(call_turns, tags)):
         if not row_tags or not bool((advantages[i] != 0).any()):
             continue
-        credited = _credit_row(advantages[i], response_mask[i], list(turns or ()), _turn_verdicts(row_tags))
+        credited = _credit_row(advantages[i], response_mask[i], list(turns or ()),
+                               [turn_verdict(t) for t in row_tags])
         if credited is None:
             unattributed += 1
             continue
