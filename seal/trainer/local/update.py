@@ -169,7 +169,9 @@ def policy_update(model: torch.nn.Module, ref_model: torch.nn.Module | None, opt
     (``shared_prefix``, :class:`RowForwards`), or each row is its own sequence; gradients
     accumulate. With a single update per step the old policy *is* the current one, so its
     log-probs are the detached current ones; otherwise they are computed once, before the first
-    update. An update whose gradient norm is not finite is skipped, as verl does.
+    update. While the policy's weights are still the reference's (a run's first update), the
+    reference log-probs are the detached current ones too: the reference pass starts after the
+    first optimizer step. An update whose gradient norm is not finite is skipped, as verl does.
 
     Rows that cannot change the weights are left out of forward and backward: a zero advantage
     everywhere (:func:`rows_with_signal`) while the KL term has no gradient
@@ -194,6 +196,9 @@ def policy_update(model: torch.nn.Module, ref_model: torch.nn.Module | None, opt
     old = {} if single else forwards.logprobs(model, [i for i in range(n_rows) if signal[i]])
     ref_seconds = time.perf_counter() - t_ref
     use_ref = settings.use_kl_loss and ref_model is not None
+    # While the policy still equals the reference (a run's first update), the reference's
+    # log-probs are the policy's own: no reference pass until the first optimizer step.
+    at_reference = use_ref and same_weights(model, ref_model)
     ref: dict[int, torch.Tensor] = {}
     model.train()
     counts: Counter[str] = Counter()
@@ -205,15 +210,16 @@ def policy_update(model: torch.nn.Module, ref_model: torch.nn.Module | None, opt
             if not train_rows:
                 counts["actor/skipped_updates"] += 1
                 continue
-            if use_ref:  # the reference is frozen: its log-probs can be taken when first needed
+            if use_ref and not at_reference:  # the reference is frozen: its log-probs are taken when first needed
                 t_ref = time.perf_counter()
                 ref.update(forwards.logprobs(ref_model, [i for i in train_rows if i not in ref]))
                 ref_seconds += time.perf_counter() - t_ref
             stepped, metrics = _train_minibatch(model, optimizer, forwards, advantages, settings, rows, train_rows,
-                                                old, ref, mini_batch_rows=mini_batch_rows, grad_clip=grad_clip)
+                                                old, ref, at_reference=at_reference, mini_batch_rows=mini_batch_rows,
+                                                grad_clip=grad_clip)
             trained.append(metrics)
             if stepped and use_ref:
-                droppable = False  # the policy has left the reference: the KL term has a gradient now
+                droppable = at_reference = False  # the policy has left the reference: the KL term has a gradient now
     if counts["actor/skipped_updates"] == ppo_epochs * len(minibatches):
         logger.warning("update skipped: all %d episodes have advantage 0 and no other loss term (%s); no "
                        "forward/backward, no optimizer step", n_rows, why)
@@ -229,14 +235,16 @@ def policy_update(model: torch.nn.Module, ref_model: torch.nn.Module | None, opt
 
 def _train_minibatch(model: torch.nn.Module, optimizer: torch.optim.Optimizer, forwards: RowForwards,
                      advantages: torch.Tensor, settings: LossSettings, rows: list[int], train_rows: list[int],
-                     old: dict[int, torch.Tensor], ref: dict[int, torch.Tensor], *, mini_batch_rows: int,
-                     grad_clip: float) -> tuple[bool, dict[str, float]]:
+                     old: dict[int, torch.Tensor], ref: dict[int, torch.Tensor], *, at_reference: bool,
+                     mini_batch_rows: int, grad_clip: float) -> tuple[bool, dict[str, float]]:
     """Forward/backward over ``train_rows`` of the mini-batch ``rows``, then one optimizer step.
 
     The aggregation's token count is the whole mini-batch's (the rows left out contribute
     exactly 0). Its sequence count (the seq-mean modes' denominator) is the configured
     ``mini_batch_rows``, verl's ``ppo_mini_batch_size x n``: verl divides by it with the episodes
-    the step rules left out still in the mini-batch as zero-mask rows. Returns whether the
+    the step rules left out still in the mini-batch as zero-mask rows. ``at_reference``: the
+    policy's weights are the reference's, whose log-probs are then the detached current ones
+    (``ref`` is not read). Returns whether the
     optimizer stepped, and the mini-batch's metrics as verl's worker reports one: its loss, KL
     loss and total loss (sums of the sequences' shares), its gradient norm before clipping, the
     other loss metrics' means over sequences."""
@@ -250,7 +258,10 @@ def _train_minibatch(model: torch.nn.Module, optimizer: torch.optim.Optimizer, f
         nonlocal loss_total
         r = logp.shape[0]
         old_i = old[i].to(device) if i in old else logp.detach()
-        ref_i = ref[i].to(device).unsqueeze(0) if i in ref else None
+        if at_reference:
+            ref_i = logp.detach().unsqueeze(0)
+        else:
+            ref_i = ref[i].to(device).unsqueeze(0) if i in ref else None
         loss, m = sequence_loss(
             logp.unsqueeze(0), old_i.unsqueeze(0), ref_i, advantages[i : i + 1, :r].to(device),
             batch.mask[i : i + 1, :r].to(device), settings, batch_num_tokens=max(ntok, 1),

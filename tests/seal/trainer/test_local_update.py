@@ -132,6 +132,38 @@ def test_zero_rows_train_once_the_policy_left_the_reference() -> None:
     assert not torch.equal(model.lm_head.weight, before["lm_head.weight"])
 
 
+def test_the_reference_pass_waits_until_the_policy_left_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the weights equal the reference's, its log-probs are the policy's own: the first
+    mini-batch runs no reference forward, the second (after an optimizer step) does. The result
+    is the update that runs the reference pass throughout (forced here) to fp32 rounding."""
+
+    def update_from_scratch(force_reference_pass: bool) -> tuple[dict, list[dict], int]:
+        model = tiny_policy()
+        ref = frozen_copy(model)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        batch = build_batch(episodes([1.0, 0.0, 0.0, 1.0]))
+        adv = advantages_for(batch, [0.7, -0.7, -0.7, 0.7])
+        ref_calls = ForwardCounter(ref)
+        seen: list[dict] = []
+        real = update._train_minibatch
+        monkeypatch.setattr(update, "_train_minibatch",
+                            lambda *a, **k: (out := real(*a, **k), seen.append(out[1]))[0])
+        if force_reference_pass:
+            monkeypatch.setattr(update, "same_weights", lambda *_: False)
+        run_update(model, ref, optimizer, batch, adv, settings(kl=True), mini_batch_rows=2)
+        monkeypatch.undo()
+        return copy.deepcopy(model.state_dict()), seen, ref_calls.calls
+
+    weights, seen, ref_calls = update_from_scratch(False)
+    forced_weights, forced_seen, forced_ref_calls = update_from_scratch(True)
+    assert ref_calls == 2 and forced_ref_calls == 4  # one forward per row (no shared prefix here)
+    assert seen[0]["actor/kl_loss"] == 0.0 and seen[1]["actor/kl_loss"] > 0.0
+    assert forced_seen[0]["actor/kl_loss"] == pytest.approx(0.0, abs=1e-7)
+    assert seen[1]["actor/kl_loss"] == pytest.approx(forced_seen[1]["actor/kl_loss"], rel=1e-4)
+    for name, value in weights.items():
+        assert torch.allclose(value, forced_weights[name], rtol=1e-5, atol=1e-7), name
+
+
 def test_k1_kl_has_a_gradient_at_the_reference() -> None:
     model = tiny_policy()
     loss = settings(kl=True, kl_type="kl")
