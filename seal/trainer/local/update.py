@@ -139,15 +139,16 @@ def rows_with_signal(advantages: torch.Tensor, mask: torch.Tensor, settings: Los
     return rows_with_advantage(advantages, mask).tolist()
 
 
-def kl_gradient_is_zero(model: torch.nn.Module, ref_model: torch.nn.Module | None, settings: LossSettings
-                        ) -> tuple[bool, str]:
+def kl_gradient_is_zero(model: torch.nn.Module, ref_model: torch.nn.Module | None, settings: LossSettings,
+                        *, at_reference: bool | None = None) -> tuple[bool, str]:
     """Whether the KL term gives no gradient now, and why: there is none, or the policy still
-    equals the reference (bit-identical weights) and the estimator's gradient vanishes there."""
+    equals the reference (bit-identical weights) and the estimator's gradient vanishes there.
+    ``at_reference``: that equality when the caller already compared the weights."""
     if not settings.use_kl_loss or ref_model is None:
         return True, "no KL loss"
     if not settings.kl_grad_vanishes_at_reference:
         return False, f"kl_loss_type={settings.kl_loss_type} has a gradient at the reference"
-    if same_weights(model, ref_model):
+    if same_weights(model, ref_model) if at_reference is None else at_reference:
         return True, f"the policy equals the reference, {settings.kl_loss_type} gradient 0"
     return False, "the policy differs from the reference"
 
@@ -189,16 +190,17 @@ def policy_update(model: torch.nn.Module, ref_model: torch.nn.Module | None, opt
     minibatches = _minibatches(n_rows, mini_batch_rows)
     single = ppo_epochs * len(minibatches) == 1
     signal = rows_with_signal(advantages, batch.mask, settings)
-    droppable, why = kl_gradient_is_zero(model, ref_model, settings) if not all(signal) else (False, "")
+    use_ref = settings.use_kl_loss and ref_model is not None
+    # While the policy still equals the reference (a run's first update), the reference's
+    # log-probs are the policy's own: no reference pass until the first optimizer step.
+    at_reference = use_ref and same_weights(model, ref_model)
+    droppable, why = (kl_gradient_is_zero(model, ref_model, settings, at_reference=at_reference)
+                      if not all(signal) else (False, ""))
     forwards = RowForwards(batch, shared_prefix=shared_prefix, device=device, autocast=autocast)
     t_ref = time.perf_counter()
     # Old log-probs only enter through the ratio, which multiplies the advantage.
     old = {} if single else forwards.logprobs(model, [i for i in range(n_rows) if signal[i]])
     ref_seconds = time.perf_counter() - t_ref
-    use_ref = settings.use_kl_loss and ref_model is not None
-    # While the policy still equals the reference (a run's first update), the reference's
-    # log-probs are the policy's own: no reference pass until the first optimizer step.
-    at_reference = use_ref and same_weights(model, ref_model)
     ref: dict[int, torch.Tensor] = {}
     model.train()
     counts: Counter[str] = Counter()
