@@ -6,7 +6,8 @@ old-policy log-prob passes, PPO-clip + KL loss, backward, AdamW) on real episode
 environment, 4 tasks x n = 4), once per mode from the same weights:
 
 * ``rows``: each episode its own sequence (``seal.local.shared_prefix_training=false``);
-* ``shared``: a GRPO group's prompt computed once, logits only where a log-prob is read (``true``).
+* ``shared``: a GRPO group's shared stretches (its prompt, and more where its episodes agree)
+  computed once, logits only where a log-prob is read (``true``).
 
 Each batch gets two updates in a row, as steps 1 and 2 of a run: in the first the policy still
 equals the reference (rows with advantage 0 are skipped, no reference pass is needed); in the
@@ -118,11 +119,11 @@ def token_split(batch: Any) -> dict[str, float]:
     groups = prefix.plan_groups(forwards.rows, batch.uids, range(len(eps)), MIN_SHARED_PREFIX_TOKENS)
     prompt = sum(len(e.prompt_ids) for e in eps)
     response = sum(len(e.response_ids) for e in eps)
-    shared = sum(g.shared * (len(g.rows) - 1) for g in groups)
+    computed = sum(node.tokens_computed() for node in groups)
     return {"episodes": len(eps), "groups": len(groups), "prompt_tokens": prompt, "response_tokens": response,
             "model_tokens": int(batch.mask.sum()), "tokens": prompt + response,
             "mean_prompt": round(prompt / len(eps), 1), "mean_response": round(response / len(eps), 1),
-            "shared_prefix_tokens_saved": shared, "tokens_computed_shared": prompt + response - shared}
+            "shared_prefix_tokens_saved": prompt + response - computed, "tokens_computed_shared": computed}
 
 
 def run_updates(cfg: Any, base: Any, batch: Any, shared: bool) -> tuple[list[dict], Any]:

@@ -40,7 +40,7 @@ class SftReport:
 def transcript_nll(model: torch.nn.Module, t: Transcript, device: torch.device) -> torch.Tensor:
     """Summed NLL of ``t``'s model-written tokens (a scalar with a graph). The LM head runs only
     at those tokens: the observations inside the response, most of its length, get no logits."""
-    logp = row_logprobs(model, Row.of(t.prompt_ids, t.response_ids, t.response_mask), None, device)
+    logp = row_logprobs(model, Row.of(t.prompt_ids, t.response_ids, t.response_mask), (), device)
     mask = torch.tensor(t.response_mask, dtype=logp.dtype, device=logp.device)
     return -(logp * mask).sum()
 

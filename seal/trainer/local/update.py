@@ -59,15 +59,16 @@ def _minibatches(n_rows: int, size: int) -> list[list[int]]:
     return [list(range(i, min(i + size, n_rows))) for i in range(0, n_rows, size)]
 
 
-# A group's common prefix shorter than this is not worth a forward of its own.
+# A stretch of tokens that rows share, shorter than this, is not worth a forward of its own.
 MIN_SHARED_PREFIX_TOKENS = 16
 
 
 class RowForwards:
     """The update's forward passes over a batch's rows.
 
-    ``shared_prefix``: the rows of a GRPO group run on their common prompt computed once, logits
-    only where a log-prob is read (:mod:`seal.trainer.local.prefix`; exact up to fp32 rounding).
+    ``shared_prefix``: the rows of a GRPO group run as a prefix tree, every stretch of tokens that
+    several rows share (their prompt, and often more) computed once, logits only where a log-prob
+    is read (:mod:`seal.trainer.local.prefix`; exact up to fp32 rounding).
     Otherwise, and while gradient checkpointing (which drops the cache) is on, each row is one
     full sequence (:func:`~seal.trainer.local.policy.response_logprobs`)."""
 
@@ -77,8 +78,8 @@ class RowForwards:
                      for i, e in enumerate(batch.episodes)]
         self._warned = False
 
-    def groups(self, model: torch.nn.Module, indices: Sequence[int]) -> list[prefix.Group] | None:
-        """The shared-prefix plan of ``indices``; ``None``: one full sequence per row."""
+    def groups(self, model: torch.nn.Module, indices: Sequence[int]) -> list[prefix.Node] | None:
+        """The prefix trees of ``indices``; ``None``: one full sequence per row."""
         if not self.shared_prefix:
             return None
         if not prefix.supports_prefix(model):

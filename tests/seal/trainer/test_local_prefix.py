@@ -4,7 +4,8 @@ gradient and a whole PPO update, to fp32 rounding; and cutting the prefix's grad
 The batch is built like a step's: GRPO groups of 4 episodes sharing a prompt, responses of
 different lengths with tool observations (mask 0) between model turns; a group whose episodes
 also share the start of their first model turn (log-probs read inside the shared prefix), one whose
-prompts part before their end (a per-episode hint), two identical episodes, and a lone row.
+prompts part before their end (a per-episode hint), two identical episodes, a lone row, and a
+group whose episodes go on alike in pairs past the prompt (a prefix tree two levels deep).
 """
 
 from __future__ import annotations
@@ -66,7 +67,33 @@ def step_batch(seed: int = 3) -> Batch:
     eps += [twin, Episode(dataclasses.replace(twin.result, reward=0.9), uid="e", sample=1, prompt_ids=twin.prompt_ids,
                           response_ids=twin.response_ids, response_mask=twin.response_mask)]
     eps += group_episodes("d", [shared[0][:25]], g, 0.5)
+    eps += branching_episodes("f", torch.randint(3, VOCAB, (40,), generator=g).tolist(), g)
     return build_batch(eps)
+
+
+def branching_episodes(uid: str, prompt: list[int], g: torch.Generator) -> list[Episode]:
+    """Five episodes of one prompt: 0 and 1 write the same 14-token first turn and get the same
+    6-token observation, 2 and 3 another 12 + 6; 4 starts like 0 and 1 but parts after 8 tokens
+    (too short a stretch to share with them)."""
+    def tokens(n: int) -> list[int]:
+        return torch.randint(3, VOCAB, (n,), generator=g).tolist()
+
+    def other(token: int) -> int:  # a token that differs from ``token``
+        return (token - 3 + 1) % (VOCAB - 3) + 3
+
+    turn_a, obs_a, turn_b, obs_b = tokens(14), tokens(6), tokens(12), tokens(6)
+    turn_b[0] = other(turn_a[0])  # B parts from A at once
+    heads = [(turn_a, obs_a), (turn_a, obs_a), (turn_b, obs_b), (turn_b, obs_b),
+             (turn_a[:8] + [other(turn_a[8])] + tokens(5), tokens(6))]
+    out = []
+    for k, (turn, obs) in enumerate(heads):
+        own_turn, own_obs, last = [3 + k] + tokens(2 + k), tokens(4), tokens(2 + k)  # own turns part at once
+        # The first turn, its observation, then a turn of the row's own, an observation and a last turn.
+        response = turn + obs + own_turn + own_obs + last
+        mask = [1] * len(turn) + [0] * len(obs) + [1] * len(own_turn) + [0] * len(own_obs) + [1] * len(last)
+        result = EpisodeResult(task_id=uid, category="multi_turn_base", reward=0.1 * k)
+        out.append(Episode(result, uid=uid, sample=k, prompt_ids=prompt, response_ids=response, response_mask=mask))
+    return out
 
 
 def settings() -> LossSettings:
@@ -104,16 +131,44 @@ def read_positions(batch: Batch, i: int) -> torch.Tensor:
     return batch.mask[i, : len(batch.episodes[i].response_ids)] > 0
 
 
-def test_groups_share_their_common_beginning():
+def tree(node: prefix.Node) -> tuple:
+    """A node as (rows, start, end, children...); a leaf as (row, start)."""
+    if node.is_leaf:
+        return node.rows[0], node.start
+    return (node.rows, node.start, node.end, *map(tree, node.children))
+
+
+def test_groups_share_their_common_beginnings_as_a_tree():
     batch = step_batch()
     forwards = RowForwards(batch, shared_prefix=True, device=CPU, autocast="none")
     groups = forwards.groups(tiny_llama(), range(len(batch.episodes)))
     twin = batch.episodes[12]
+    twin_shared = len(twin.prompt_ids) + len(twin.response_ids) - 1
     # a: the prompt; b: the prompt and the shared opening; c: up to where the prompts part; e: all
-    # but the last token of the identical pair; d: alone.
-    assert [(g.rows, g.shared) for g in groups] == [
-        ([0, 1, 2, 3], 40), ([4, 5, 6, 7], 45), ([8, 9, 10, 11], 30),
-        ([12, 13], len(twin.prompt_ids) + len(twin.response_ids) - 1), ([14], 0)]
+    # but the last token of the identical pair; d: alone; f: the prompt, then two pairs that go on
+    # alike (20 and 18 tokens), and a row that agrees with the first pair for only 8 tokens.
+    assert [tree(node) for node in groups] == [
+        ([0, 1, 2, 3], 0, 40, (0, 40), (1, 40), (2, 40), (3, 40)),
+        ([4, 5, 6, 7], 0, 45, (4, 45), (5, 45), (6, 45), (7, 45)),
+        ([8, 9, 10, 11], 0, 30, (8, 30), (9, 30), (10, 30), (11, 30)),
+        ([12, 13], 0, twin_shared, (12, twin_shared), (13, twin_shared)),
+        (14, 0),
+        ([15, 16, 17, 18, 19], 0, 40, ([15, 16], 40, 60, (15, 60), (16, 60)), (19, 40),
+         ([17, 18], 40, 58, (17, 58), (18, 58)))]
+    rows = forwards.rows
+    computed = sum(node.tokens_computed() for node in groups)
+    assert computed == sum(len(r.ids) for r in rows) - 3 * 40 - 3 * 45 - 3 * 30 - twin_shared - 4 * 40 - 20 - 18
+
+
+def test_a_short_common_stretch_is_not_shared_and_no_sharing_means_one_sequence_per_row():
+    batch = step_batch()
+    rows = RowForwards(batch, shared_prefix=True, device=CPU, autocast="none").rows
+    # Rows 15 and 19 agree on 48 tokens, 15 and 16 on 60. From position 40 with a minimum of 21,
+    # the pair's 20 further tokens are too few: every row is a leaf. From 0 with 60, they are a node.
+    assert [tree(n) for n in prefix.split_rows(rows, [15, 19, 16], 40, 21)] == [(15, 40), (16, 40), (19, 40)]
+    assert [tree(n) for n in prefix.split_rows(rows, [15, 19, 16], 0, 60)] == [([15, 16], 0, 60, (15, 60), (16, 60)),
+                                                                                (19, 0)]
+    assert [tree(n) for n in prefix.plan_groups(rows, batch.uids, range(15, 20), 0)] == [(i, 0) for i in range(15, 20)]
 
 
 def test_logprobs_equal_per_row_sequences():
@@ -161,8 +216,33 @@ def test_cut_prefix_gradient_fails_the_comparison(monkeypatch):
     assert len(differing) >= len(grads_rows) // 2
 
 
+def test_cut_gradient_of_an_inner_node_fails_the_comparison(monkeypatch):
+    """The same with only the nodes below a prompt cut (group f's two pairs): their tokens' share of
+    the gradient, which reaches the weights and the prompt's key/values only through their own
+    backward, is missing."""
+    model, batch = tiny_llama(), step_batch()
+    ref = RowForwards(batch, shared_prefix=False, device=CPU, autocast="none").logprobs(tiny_llama(seed=5),
+                                                                                        range(len(batch.episodes)))
+    _, grads_rows = gradients(model, batch, shared_prefix=False, ref=ref)
+    whole = prefix.backward_through_prefix
+    inner = []
+
+    def root_only(shared: prefix.SharedPrefix, leaves: prefix.SharedPrefix) -> None:
+        if shared.start > 0:
+            inner.append((shared.start, shared.end))
+            return
+        whole(shared, leaves)
+
+    monkeypatch.setattr(prefix, "backward_through_prefix", root_only)
+    _, grads_cut = gradients(model, batch, shared_prefix=True, ref=ref)
+    assert sorted(inner) == [(40, 58), (40, 60)]
+    differing = [name for name in grads_rows
+                 if not torch.allclose(grads_cut[name], grads_rows[name], rtol=GRAD_TOL["rtol"], atol=GRAD_TOL["atol"])]
+    assert "model.layers.0.self_attn.k_proj.weight" in differing and len(differing) >= len(grads_rows) // 2
+
+
 def test_policy_update_equals_per_row_update():
-    """A whole update (2 mini-batches, 2 PPO epochs: old log-probs, reference, optimizer steps)."""
+    """A whole update (3 mini-batches, 2 PPO epochs: old log-probs, reference, optimizer steps)."""
     batch = step_batch()
     results = {}
     for shared in (False, True):
@@ -176,9 +256,12 @@ def test_policy_update_equals_per_row_update():
     (w_rows, m_rows), (w_shared, m_shared) = results[False], results[True]
     for key in ("actor/loss", "actor/grad_norm", "actor/pg_loss", "actor/kl_loss", "actor/ppo_kl"):
         assert m_shared[key] == pytest.approx(m_rows[key], rel=1e-4, abs=1e-7), key
+    # AdamW divides each gradient by its running scale, so an element whose gradient is near 0
+    # turns a rounding difference into a step of up to lr's size: 1e-5 here (one element of 2,048
+    # in two matrices, 5.7e-6), against steps of up to 6e-3; a wrong gradient moves weights by ~1e-3.
     for name, w in w_rows.items():
-        torch.testing.assert_close(w_shared[name], w, rtol=1e-5, atol=1e-6, msg=name)
-    assert m_shared["actor/num_updates"] == 4
+        torch.testing.assert_close(w_shared[name], w, rtol=1e-5, atol=1e-5, msg=name)
+    assert m_shared["actor/num_updates"] == 3 * 2  # 20 rows: mini-batches of 8, 8 and 4; 2 epochs
 
 
 def test_gradient_checkpointing_falls_back_to_per_row_sequences():
