@@ -84,7 +84,7 @@ def shared_end(rows: Sequence[Row], members: Sequence[int], start: int = 0) -> i
     n = start
     while n < limit and all(rows[i].ids[n] == first[n] for i in members[1:]):
         n += 1
-    return max(n, start)
+    return n
 
 
 def split_rows(rows: Sequence[Row], members: Sequence[int], start: int, min_tokens: int,
