@@ -141,16 +141,17 @@ def check_verl_backend(cfg: DictConfig) -> None:
         raise ConfigError(
             f"trainer.critic_warmup={cfg.trainer.critic_warmup}: verl skips the actor update (and with it "
             "SEAL's observe/A-Patch hook) during critic warm-up; set trainer.critic_warmup=0")
-    if cfg.trainer.get("use_v1", False):
-        raise ConfigError("trainer.use_v1=true: the SEAL verl backend extends the RayPPOTrainer (v0) loop; "
-                          "set trainer.use_v1=false")
+    if not cfg.trainer.get("use_v1", True):
+        raise ConfigError("trainer.use_v1=false: the SEAL verl backend runs on verl's V1 trainer (verl has "
+                          "deprecated its legacy trainer); set trainer.use_v1=true")
+    mode = str(select(cfg, "trainer.v1.trainer_mode") or "sync")
+    if mode != "sync":
+        raise ConfigError(
+            f"trainer.v1.trainer_mode={mode}: SEAL runs verl's sync mode only (its diagnosis, step rules and "
+            "interface evolution read each step's episodes as played by the policy being updated; the async "
+            "modes train on episodes of older policies); set trainer.v1.trainer_mode=sync")
     if select(cfg, "actor_rollout_ref.actor.use_prefix_grouper"):
         raise ConfigError(
             "actor_rollout_ref.actor.use_prefix_grouper=true: verl 0.9.1's FSDP engine never applies the prefix "
             "grouper (only its batch balancing reads the flag), so no prompt would be shared; set it to false "
             "(the local backend's seal.local.shared_prefix_training is the working counterpart)")
-    if select(cfg, "algorithm.rollout_correction.bypass_mode") and not _uses_reference(cfg):
-        raise ConfigError(
-            "algorithm.rollout_correction.bypass_mode=true without a reference policy: no SEAL hook runs before "
-            "the GRPO advantages, so excluded episodes would enter the group baselines; set "
-            "algorithm.rollout_correction.bypass_mode=false or actor_rollout_ref.actor.use_kl_loss=true")

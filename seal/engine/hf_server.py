@@ -37,10 +37,19 @@ Semantics, documented because the trainer relies on them:
 * **Log-probs.** ``log_probs[i]`` is ``log_softmax(logits / T)`` of the sampled token, computed from
   the model's raw logits before top-k/top-p truncation (``T`` = the request's temperature, 1 when
   greedy): the same quantity verl's actor computes, so old log-probs match up to numerics.
-* **Randomness.** With ``seed=None`` sampling draws from torch's global RNG. With ``seed=s``, batch
-  number ``k`` of this server samples from a generator seeded ``s + k`` (the ``generate`` engine:
-  ``torch.manual_seed(s + k)`` inside ``fork_rng``), so the global RNG (the trainer's) is untouched
-  and a run is repeatable when the batches are the same.
+* **Randomness.** A request may carry its own ``seed`` (as in vLLM): its row then draws every
+  sampled token from a generator of its own seeded with it, so its answer depends only on its
+  prompt, sampling settings, seed and the weights (up to float rounding of batched forwards),
+  not on its batch-mates, their order, earlier batches or the server ``seed``; seeds stay out of
+  :class:`SamplingKey`, so differently seeded requests still share a batch. Each call restarts
+  from the seed, so an episode should vary it per turn. Greedy requests ignore it. Rows without
+  one draw as before: with ``seed=None`` from torch's global RNG; with ``seed=s``, batch ``k``
+  from a generator seeded ``s + k`` (the ``generate`` engine: ``torch.manual_seed(s + k)`` inside
+  ``fork_rng``), so the global RNG (the trainer's) is untouched and a run is repeatable when the
+  batches are the same. HF's ``generate`` samples all rows with one ``torch.multinomial`` on the
+  global RNG, so a ``generate`` batch with a seeded row runs greedy behind a processor that
+  samples each row as the prefix-reuse engine does (same draws, same tokens up to rounding) and
+  leaves only the drawn token: the batch stays one call instead of one call per seeded request.
 * **Cache and weights.** Cached key/values belong to the weights that computed them. Before each
   batch the server compares the parameters' in-place version counters (an optimizer step or
   ``load_state_dict`` bumps them) with those the cache was built under and drops the cache when
@@ -63,8 +72,9 @@ import asyncio
 import contextlib
 import copy
 import logging
+import numbers
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -108,24 +118,69 @@ def filter_scores(scores: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
     return scores
 
 
-def sample_categorical(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+def sample_categorical(probs: torch.Tensor, generator: torch.Generator | None = None,
+                       row_generators: Sequence[torch.Generator | None] | None = None) -> torch.Tensor:
     """One draw (B,) from each row of (B, V) probabilities, by inverse CDF in float64.
 
     One uniform number per row instead of one per vocabulary entry: ``torch.multinomial`` draws
     B x V exponentials, ~8 ms per decode step for 8 rows of SmolLM2's 49k-token vocabulary on this
     CPU. A token of probability 0 (cut by top-k/top-p) is never drawn: its CDF step is empty.
+    ``row_generators`` (one per row; ``None`` entries, or no list, draw from ``generator``) give a
+    row its own stream, so its draw does not depend on the other rows of the batch.
     """
     cdf = probs.double().cumsum(dim=-1)
-    u = torch.rand(probs.shape[0], 1, dtype=torch.float64, generator=generator).to(cdf.device) * cdf[:, -1:]
+    u = _uniforms(probs.shape[0], generator, row_generators).to(cdf.device) * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=probs.shape[1] - 1)
 
 
-def parse_sampling_params(params: Mapping[str, Any], default_max_tokens: int) -> tuple[SamplingKey, int]:
-    """``(key, max_tokens)`` from verl-style sampling params.
+def _uniforms(n: int, generator: torch.Generator | None,
+              row_generators: Sequence[torch.Generator | None] | None) -> torch.Tensor:
+    """(n, 1) uniforms in float64: row i's from ``row_generators[i]`` where it has one.
+
+    The shared stream still gives all n numbers whenever some row uses it, so a row without a
+    generator gets the very number it would get if no row had one (seeding one request does not
+    change its batch-mates' samples). When every row has its own, the shared stream is untouched.
+    """
+    own = [(i, g) for i, g in enumerate(row_generators or ()) if g is not None]
+    if len(own) == n:
+        u = torch.empty(n, 1, dtype=torch.float64)
+    else:
+        u = torch.rand(n, 1, dtype=torch.float64, generator=generator)
+    for i, g in own:
+        u[i] = torch.rand(1, dtype=torch.float64, generator=g)
+    return u
+
+
+def make_chooser(key: SamplingKey, generator: torch.Generator | None = None,
+                 row_generators: Sequence[torch.Generator | None] | None = None
+                 ) -> Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]:
+    """``choose(logits (B, V), rows)``: the next tokens (B,) under ``key``'s sampling settings.
+
+    ``rows`` are the batch rows' indices into ``row_generators`` (``None`` = all of them, in
+    order): the decode loop drops finished rows, and each remaining row must keep drawing from its
+    own generator. Greedy (temperature 0) takes the argmax and draws nothing.
+    """
+    def choose(logits: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        if key.temperature <= 0:
+            return logits.argmax(dim=-1)
+        scores = filter_scores(logits.float() / key.temperature, key.top_k, key.top_p)
+        gens = row_generators
+        if gens is not None and rows is not None:
+            gens = [gens[i] for i in rows.tolist()]
+        return sample_categorical(torch.softmax(scores, dim=-1), generator, gens)
+
+    return choose
+
+
+def parse_sampling_params(params: Mapping[str, Any], default_max_tokens: int
+                          ) -> tuple[SamplingKey, int, int | None]:
+    """``(key, max_tokens, seed)`` from verl-style sampling params.
 
     Recognised: ``temperature`` (0 = greedy), ``top_p``, ``top_k`` (-1 or 0 = off),
-    ``max_tokens`` / ``max_new_tokens``, ``stop_token_ids``. ``logprobs`` and
-    ``repetition_penalty`` = 1 are accepted and ignored (log-probs are always returned).
+    ``max_tokens`` / ``max_new_tokens``, ``stop_token_ids``, ``seed`` (the request's own sampling
+    seed, ``None`` = none; kept out of the key so requests with different seeds share a batch).
+    ``logprobs`` and ``repetition_penalty`` = 1 are accepted and ignored (log-probs are always
+    returned).
     """
     temperature = float(params.get("temperature", 1.0))
     top_p = float(params.get("top_p", 1.0))
@@ -140,8 +195,21 @@ def parse_sampling_params(params: Mapping[str, Any], default_max_tokens: int) ->
     if max_tokens is None or int(max_tokens) < 1:
         raise ValueError(f"sampling max_tokens must be >= 1, got {max_tokens}")
     stop_ids = tuple(sorted(int(t) for t in params.get("stop_token_ids") or ()))
-    return SamplingKey(temperature, top_p if temperature > 0 else 1.0, top_k if temperature > 0 else -1,
-                       stop_ids), int(max_tokens)
+    return (SamplingKey(temperature, top_p if temperature > 0 else 1.0, top_k if temperature > 0 else -1, stop_ids),
+            int(max_tokens), _parse_seed(params.get("seed")))
+
+
+def _parse_seed(seed: Any) -> int | None:
+    """A request seed: ``None``, or an integer in torch.Generator's range [0, 2**64).
+
+    Booleans and floats are refused rather than coerced: ``seed=1.5`` or ``True`` is a caller's
+    bug, and silently rounding it would hide that two requests share a stream.
+    """
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= int(seed) < 2**64:
+        raise ValueError(f"sampling seed must be an integer in [0, 2**64) or None, got {seed!r}")
+    return int(seed)
 
 
 class _LogProbRecorder(LogitsProcessor):
@@ -173,6 +241,21 @@ class _LogProbRecorder(LogitsProcessor):
         return torch.stack(steps, dim=1)[:, : new_tokens.shape[1]]
 
 
+class _RowSampler(LogitsProcessor):
+    """Samples every row itself (:func:`make_chooser`) and leaves only the drawn token, for a
+    greedy ``model.generate`` to pick: HF samples all rows with one ``torch.multinomial`` on the
+    global RNG, which cannot give each row its own generator. Runs after :class:`_LogProbRecorder`
+    (which must see the raw logits). HF's rows never leave the batch, so row i is request i.
+    """
+
+    def __init__(self, choose: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]) -> None:
+        self.choose = choose
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        tokens = self.choose(scores, None)
+        return torch.full_like(scores, float("-inf")).scatter_(1, tokens[:, None], 0.0)
+
+
 @dataclass
 class _Request:
     request_id: str
@@ -180,6 +263,7 @@ class _Request:
     key: SamplingKey
     max_tokens: int
     future: asyncio.Future
+    seed: int | None = None  # the request's own sampling seed (module docstring, "Randomness")
 
 
 @dataclass
@@ -285,7 +369,7 @@ class HFServerManager:
         extra = [k for k, v in kwargs.items() if v is not None]
         if extra:
             raise ValueError(f"HFServerManager is text-only; unsupported generate arguments: {extra}")
-        key, max_tokens = parse_sampling_params(sampling_params, self.default_max_tokens)
+        key, max_tokens, seed = parse_sampling_params(sampling_params, self.default_max_tokens)
         prompt = [int(t) for t in prompt_ids]
         if not prompt:
             raise ValueError("generate needs a non-empty prompt")
@@ -296,7 +380,7 @@ class HFServerManager:
                                  f"{self.max_positions}-token context")
             max_tokens = min(max_tokens, room)
         loop = asyncio.get_running_loop()
-        request = _Request(request_id, prompt, key, max_tokens, loop.create_future())
+        request = _Request(request_id, prompt, key, max_tokens, loop.create_future(), seed)
         self._pending.append(request)
         if self._batcher is None or self._batcher.done() or self._batcher.get_loop() is not loop:
             self._batcher = loop.create_task(self._run_batches(), name="hf-batcher")
@@ -404,13 +488,8 @@ class HFServerManager:
         generator = None
         if self.seed is not None:
             generator = torch.Generator().manual_seed(self.seed + self.stats.batches)
+        choose = make_chooser(key, generator, self._row_generators(batch))
         temperature = key.temperature if key.temperature > 0 else 1.0
-
-        def choose(logits: torch.Tensor) -> torch.Tensor:
-            if key.temperature <= 0:
-                return logits.argmax(dim=-1)
-            scores = filter_scores(logits / key.temperature, key.top_k, key.top_p)
-            return sample_categorical(torch.softmax(scores, dim=-1), generator)
 
         def logprob_of(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
             return torch.log_softmax(logits / temperature, dim=-1).gather(1, tokens[:, None]).squeeze(1)
@@ -424,6 +503,14 @@ class HFServerManager:
             store.put(entry)
         return [TokenOutput(token_ids=t, log_probs=lp, stop_reason="completed" if done else "length")
                 for t, lp, done in zip(out.tokens, out.logprobs, out.stopped)]
+
+    @staticmethod
+    def _row_generators(batch: list[_Request]) -> list[torch.Generator | None] | None:
+        """A fresh generator per seeded request of a sampled batch (``None`` for the others), or
+        ``None`` when no request has a seed or the batch is greedy (which draws nothing)."""
+        if batch[0].key.temperature <= 0 or all(r.seed is None for r in batch):
+            return None
+        return [torch.Generator().manual_seed(r.seed) if r.seed is not None else None for r in batch]
 
     def _prefill_rows(self, batch: list[_Request], shape: kv_cache.KVShape
                       ) -> tuple[list[kv_cache.Entry], list[torch.Tensor]]:
@@ -465,13 +552,19 @@ class HFServerManager:
         for i, r in enumerate(batch):
             input_ids[i, width - len(r.prompt_ids):] = torch.tensor(r.prompt_ids)
             attention[i, width - len(r.prompt_ids):] = 1
-        sampling = key.temperature > 0
+        row_generators = self._row_generators(batch)
+        # With a seeded row the batch samples in _RowSampler (per-row generators) and HF only takes
+        # its argmax; without one, HF samples as before.
+        sampling = key.temperature > 0 and row_generators is None
         config = GenerationConfig(
             max_new_tokens=max(r.max_tokens for r in batch), do_sample=sampling,
             temperature=key.temperature if sampling else None, top_p=key.top_p if sampling else None,
             top_k=(key.top_k if key.top_k > 0 else 0) if sampling else None,
             eos_token_id=sorted(stop_ids), pad_token_id=self.pad_id, use_cache=True, return_dict_in_generate=True)
         recorder = _LogProbRecorder(key.temperature)
+        processors = [recorder]
+        if row_generators is not None:  # rows without a seed draw from the global RNG, seeded below
+            processors.append(_RowSampler(make_chooser(key, None, row_generators)))
         gpus = [self.device.index or 0] if self.device.type == "cuda" else []
         rng = torch.random.fork_rng(devices=gpus) if self.seed is not None else contextlib.nullcontext()
         with rng:
@@ -479,7 +572,7 @@ class HFServerManager:
                 torch.manual_seed(self.seed + self.stats.batches)
             out = self.model.generate(input_ids=input_ids.to(self.device), attention_mask=attention.to(self.device),
                                       generation_config=config,
-                                      logits_processor=LogitsProcessorList([recorder]))
+                                      logits_processor=LogitsProcessorList(processors))
         new_tokens = out.sequences[:, width:]
         logprobs = recorder.finish(new_tokens)
         return [self._trim(r, new_tokens[i].tolist(), logprobs[i].tolist(), stop_ids) for i, r in enumerate(batch)]

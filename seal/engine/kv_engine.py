@@ -251,12 +251,15 @@ DROP_FINISHED_SHARE = 0.25
 
 
 def decode(model: Model, shape: KVShape, rows: list[Entry], first_logits: torch.Tensor, max_tokens: list[int],
-           choose: Callable[[torch.Tensor], torch.Tensor], logprob_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+           choose: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+           logprob_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
            stop_ids: set[int], pad_id: int, min_shared: int = DEFAULT_MIN_SHARED) -> DecodeResult:
     """Decode all ``rows`` together over one left-padded cache.
 
     ``first_logits`` (B, V) are the rows' next-token logits from :func:`prefill`; ``choose`` maps
-    logits (B, V) to tokens (B,), ``logprob_of`` maps (logits, tokens) to log-probs (B,). Rows
+    (logits (B', V), index (B',)) to tokens (B',), ``index`` holding each batch row's position in
+    ``rows`` (finished rows leave the batch, so a sampler keeping per-row state, such as a row's
+    own generator, must look it up by these); ``logprob_of`` maps (logits, tokens) to log-probs. Rows
     sharing at least ``min_shared`` leading tokens read that prefix once per step as a
     :class:`~seal.engine.attention.PrefixGroup`; the buffers hold only the rest of each row.
     Finished rows leave the batch (:data:`DROP_FINISHED_SHARE`), so that the longest row does not
@@ -283,7 +286,7 @@ def decode(model: Model, shape: KVShape, rows: list[Entry], first_logits: torch.
     logits = first_logits
     cache = Cache(layers=[BufferLayer(k, v, width) for k, v in zip(keys, values)])
     for t in range(steps):
-        tok = torch.where(done, torch.full_like(limits, pad_id), choose(logits))
+        tok = torch.where(done, torch.full_like(limits, pad_id), choose(logits, active))
         tokens[active, t], logprobs[active, t] = tok, logprob_of(logits, tok)
         result.steps, result.row_steps = t + 1, result.row_steps + len(active)
         done = done | torch.isin(tok, stop) | (limits <= t + 1)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import json
 import logging
 import os
@@ -53,9 +54,17 @@ class TokenGenerator:
     through ``server_manager.generate``, kept in a :class:`TokenTrace` with the loss mask."""
 
     def __init__(self, server_manager: Any, tokenizer: Any, chat: ChatFormat, settings: RolloutSettings,
-                 sampling_params: Mapping[str, Any]) -> None:
+                 sampling_params: Mapping[str, Any], sample_key: str | None = None) -> None:
         self.server_manager, self.tokenizer, self.chat, self.settings = server_manager, tokenizer, chat, settings
         self.sampling_params = dict(sampling_params)
+        # With a key, each call samples from its own seed (key, call number): the episode's tokens
+        # then depend on the weights alone, not on which requests shared a batch or on any
+        # process's RNG, so a resumed run or another process layout samples the same episodes.
+        self.sample_key = sample_key if float(self.sampling_params.get("temperature") or 0) > 0 else None
+        self.calls = 0
+        # The weight versions (the trainer steps whose weights the server held) this episode's
+        # calls were answered with; verl's V1 trainer reads them as the episode's policy version.
+        self.versions: list[int] = []
         self.per_call_tokens = settings.per_call_tokens
         # verl's rollout correction needs the sampler's log-prob of every model token
         # (actor_rollout_ref.rollout.calculate_log_probs).
@@ -84,8 +93,13 @@ class TokenGenerator:
     async def generate(self, messages: list[dict], max_tokens: int) -> Reply:
         params = {**self.sampling_params, "max_tokens": max_tokens}
         params.pop("max_new_tokens", None)
+        if self.sample_key is not None:
+            params["seed"] = request_seed(f"{self.sample_key}:{self.calls}")
+        self.calls += 1
         out = await self.server_manager.generate(request_id=uuid.uuid4().hex, prompt_ids=list(self.trace.context),
                                                  sampling_params=params)
+        self.versions.extend(int(v) for v in (out.extra_fields.get("min_global_steps"),
+                                              out.extra_fields.get("max_global_steps")) if v is not None)
         if out.stop_reason in ("aborted", "abort") or not out.token_ids:
             return Reply("", fault=f"generation {out.stop_reason or 'empty'} after {len(out.token_ids)} tokens")
         ids = [int(t) for t in out.token_ids][:max_tokens]
@@ -140,11 +154,12 @@ class SealAgentLoop(AgentLoopBase):
         params = episode_params(self.config, mode, kwargs.get("env_params"))
         owned = self._env_client is None
         client = make_env_client(self.config) if owned else self._env_client
+        key = sample_key(select(self.config, "actor_rollout_ref.rollout.seed"), task_id, kwargs)
         try:
             state = await play_episode(
                 client, task_id, params, settings=self.settings, retries=self.settings.env_retries,
                 new_generator=lambda: TokenGenerator(self.server_manager, self.tokenizer, self.chat, self.settings,
-                                                     sampling_params))
+                                                     sampling_params, sample_key=key))
         finally:
             if owned:
                 await asyncio.to_thread(client.close)
@@ -152,7 +167,8 @@ class SealAgentLoop(AgentLoopBase):
         known_category = kwargs.get("category") or kwargs.get("data_source")
         if not state.created:
             state.category = str(known_category) if known_category else None
-        return self._output(state, task_id, mode, _extra_info(kwargs.get("extra_info")))
+        return self._output(state, task_id, mode, _extra_info(kwargs.get("extra_info")),
+                            dispatched_step=kwargs.get("global_steps"))
 
     def _result(self, state: EpisodeState, task_id: str, mode: str, extra_info: Mapping[str, Any]) -> EpisodeResult:
         """The episode's typed record, with its one reward (:func:`seal.rewards.episode_reward`)."""
@@ -176,28 +192,70 @@ class SealAgentLoop(AgentLoopBase):
                                 total_epochs=int(select(self.config, "trainer.total_epochs", 1) or 1))
         return result.with_reward(reward.score, _json_safe(reward.meta))
 
-    def _output(self, state: EpisodeState, task_id: str, mode: str, extra_info: Mapping[str, Any]) -> AgentLoopOutput:
+    def _output(self, state: EpisodeState, task_id: str, mode: str, extra_info: Mapping[str, Any], *,
+                dispatched_step: Any = None) -> AgentLoopOutput:
         trace = state.generator.trace
         result = self._result(state, task_id, mode, extra_info)
         prompt_ids = trace.prompt_ids[-self.settings.prompt_length:]
         # The episode was played and scored whole; its training tensors hold the first
         # response_length tokens after the prompt (the release truncates the same way).
         width = self.settings.response_length
-        mask = [0] * min(len(trace.response_mask), width) if result.excluded else list(trace.response_mask[:width])
+        response_ids = list(trace.response_ids[:width])
+        mask = [0] * len(response_ids) if result.excluded else list(trace.response_mask[:width])
+        logprobs = list(trace.response_logprobs[:width]) if state.generator.want_logprobs else None
+        if not response_ids:
+            # verl places the reward on the last response token: an episode that wrote nothing
+            # (it is excluded) gets one pad token with mask 0, which nothing trains on.
+            response_ids, mask = [_filler_token(self.tokenizer)], [0]
+            logprobs = [0.0] if logprobs is not None else None
         fields = result.to_fields()
         extra = dict(fields)
         # verl copies extra_fields["reward_extra_info"] into the batch as one column per key, taking
         # the keys from the batch's first episode: so every episode, faulted or not, carries the
         # same single key. The trainer's validation dump reads the record back from it.
         extra["reward_extra_info"] = {RECORD_KEY: json.dumps(fields)}
+        extra.update(policy_versions(state.generator.versions, dispatched_step))
         return AgentLoopOutput(
-            prompt_ids=prompt_ids, response_ids=list(trace.response_ids[:width]), response_mask=mask,
+            prompt_ids=prompt_ids, response_ids=response_ids, response_mask=mask,
             # One rule for every episode of a run, whatever happened to it: verl concatenates the
             # outputs of all episodes and keeps ``rollout_log_probs`` only if every one has them.
-            response_logprobs=list(trace.response_logprobs[:width]) if state.generator.want_logprobs else None,
+            response_logprobs=logprobs,
             reward_score=result.reward, num_turns=1 + state.num_llm_calls + state.observations,
             metrics={"generate_sequences": state.generate_s, "tool_calls": state.env_s},
             extra_fields=extra)
+
+
+def sample_key(base_seed: Any, task_id: str, row: Mapping[str, Any]) -> str | None:
+    """The key of an episode's sampling seeds: (rollout seed, trainer step, task, sample index of
+    its GRPO group), when the row says which step and sample it is (verl's agent-loop rows carry
+    ``global_steps`` and ``session_id``); None leaves sampling to the server's own RNG."""
+    step, session = row.get("global_steps"), row.get("session_id")
+    if base_seed is None or step is None or session is None:
+        return None
+    return f"{int(base_seed)}:{int(step)}:{task_id}:{int(session)}"
+
+
+def request_seed(key: str) -> int:
+    """A request's sampling seed from its key: stable across processes (no ``hash()``)."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") % (2 ** 31 - 1)
+
+
+def policy_versions(versions: list[int], dispatched_step: Any) -> dict[str, int]:
+    """The episode's ``min_global_steps`` / ``max_global_steps``: the oldest and newest weight
+    version its calls were answered with (verl's V1 trainer reads them for its staleness metrics).
+    An episode that made no call reports the version a sync step samples with, the step before
+    the one that dispatched it."""
+    if not versions:
+        fallback = max(0, int(dispatched_step) - 1) if dispatched_step is not None else 0
+        versions = [fallback]
+    return {"min_global_steps": min(versions), "max_global_steps": max(versions)}
+
+
+def _filler_token(tokenizer: Any) -> int:
+    for token in (getattr(tokenizer, "pad_token_id", None), getattr(tokenizer, "eos_token_id", None)):
+        if token is not None:
+            return int(token)
+    return 0
 
 
 def _category(state: EpisodeState, evaluation: Evaluation | None, task_id: str) -> str:

@@ -44,9 +44,16 @@ def existing_fingerprint(output: Path) -> str | None:
         return None
 
 
+def sft_on_verl(cfg: DictConfig) -> bool:
+    """Whether verl's SFT trainer fine-tunes: the verl backend on an accelerator. verl on the CPU
+    platform (``trainer.device=cpu``) warm-starts with the project's own SFT, as the local
+    backend does, so a CPU verl run reuses the quickstart's checkpoint when their inputs agree."""
+    return str(cfg.trainer.backend) == "verl" and str(cfg.trainer.get("device") or "").lower() != "cpu"
+
+
 def trainer_identity(cfg: DictConfig) -> str:
     """Which trainer fine-tunes, and at what precision (part of the fingerprint)."""
-    if str(cfg.trainer.backend) == "verl":
+    if sft_on_verl(cfg):
         return "verl.trainer.sft_trainer"
     from seal.engine.precision import resolve_autocast
     from seal.trainer.local.policy import resolve_device
@@ -104,7 +111,7 @@ def _train(cfg: DictConfig, settings: WarmStartSettings, transcripts: list[Trans
     partial = output.parent / f"{output.name}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     partial.parent.mkdir(parents=True, exist_ok=True)
-    if str(cfg.trainer.backend) == "verl":
+    if sft_on_verl(cfg):
         from seal.warm_start.verl_sft import run_verl_sft
 
         run_verl_sft(cfg, settings, transcripts, base_model=base, output=partial)

@@ -291,6 +291,9 @@ def adapt_to_cpu(cfg: Any) -> list[str]:
         from seal.trainer.verl.cpu_rollout import ROLLOUT_NAME
 
         _set(cfg, "actor_rollout_ref.rollout.name", ROLLOUT_NAME, changes, only_if=("vllm", "sglang", "trtllm"))
+        # TransferQueue's storage units each hold a logical Ray CPU; verl's default of 8 would leave
+        # too few for the worker slots of a CPU cluster.
+        _set(cfg, "transfer_queue.backend.SimpleStorage.num_data_storage_units", 1, changes, only_if=(8,))
         if not OmegaConf.select(cfg, "ray_kwargs.ray_init.num_cpus"):
             _set(cfg, "ray_kwargs.ray_init.num_cpus", max(16, os.cpu_count() or 1), changes)
         env_vars = dict(OmegaConf.select(cfg, "ray_kwargs.ray_init.runtime_env.env_vars") or {})

@@ -1,16 +1,15 @@
 """Run the SEAL recipe on verl: Ray cluster, FSDP actor/ref workers, async vLLM rollout servers.
 
 :func:`run_verl` is what the launcher calls for ``trainer.backend=verl``. It prepares the config
-for a Ray cluster (absolute paths, the project on the workers' ``PYTHONPATH``) and hands over to
-verl's own ``run_ppo``, which starts Ray from ``ray_kwargs.ray_init`` (a local cluster, or the
-cluster at ``ray_kwargs.ray_init.address`` — ``auto``, ``ray://head:10001`` — or the one named by
-Ray's ``RAY_ADDRESS``) and runs :class:`SealTaskRunner` as a Ray actor.
+for a Ray cluster (absolute paths, the project on the workers' ``PYTHONPATH``, TransferQueue on)
+and hands over to verl's own ``run_ppo``, which starts Ray from ``ray_kwargs.ray_init`` (a local
+cluster, or the cluster at ``ray_kwargs.ray_init.address`` — ``auto``, ``ray://head:10001`` — or
+the one named by Ray's ``RAY_ADDRESS``) and runs :class:`SealTaskRunner` as a Ray actor.
 
-:class:`SealTaskRunner` (:func:`build_trainer`) builds the trainer the way verl's
-``main_ppo_v0.TaskRunner`` does, using the same inherited helpers (worker roles, resource pools,
-config validation, tokenizer), with two differences: the datasets are
-:class:`~seal.trainer.verl.dataset.TaskDataset` and the trainer is
-:class:`~seal.trainer.verl.trainer.SealRayPPOTrainer`; then verl's ``init_workers`` and ``fit``.
+:class:`SealTaskRunner` does what verl's ``TaskRunnerV1.run`` does (a Ray actor class cannot be
+subclassed): TransferQueue up, :class:`~seal.trainer.verl.trainer.SealPPOTrainer` built and
+initialised, verl's ``AgentLoopManagerTQ`` created on the trainer's LLM client, ``fit``, and
+TransferQueue closed whatever happened.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from seal.config_base import REPO_ROOT, ConfigError
 from seal.trainer import RunStopped
-from verl.trainer.main_ppo_v0 import BaseTaskRunner
 
 logger = logging.getLogger(__name__)
 
@@ -132,6 +130,8 @@ def prepare_config(cfg: DictConfig, *, exp_dir: Path, base: Path | None = None,
                 OmegaConf.update(out, key, _absolute(value, base), merge=False)
             elif value is not None:
                 OmegaConf.update(out, key, [_absolute(str(v), base) for v in value], merge=False)
+        # V1 keeps every batch in TransferQueue; verl's run_ppo passes the switch to Ray's workers.
+        out.transfer_queue.enable = True
         if not out.trainer.get("validation_data_dir"):
             out.trainer.validation_data_dir = str(Path(exp_dir).resolve() / "validation_log")
         agent = out.actor_rollout_ref.rollout.agent
@@ -253,72 +253,44 @@ class _RunnerFactory:
         return SealTaskRunner.options(**self.actor_options()).remote(self.exp_dir)
 
 
-def build_trainer(runner: BaseTaskRunner, config: DictConfig, exp_dir: Path) -> Any:
-    """The steps of verl's ``TaskRunner.run`` up to a constructed trainer, with SEAL's datasets
-    and trainer class: worker roles and resource pools from ``runner``'s inherited helpers,
-    verl's config validation, the tokenizer from the model config."""
-    from verl.trainer.ppo.utils import create_rl_sampler, need_critic, need_reference_policy
-    from verl.utils.config import omega_conf_to_dataclass, validate_config
-    from verl.utils.dataset.rl_dataset import collate_fn
-    from verl.workers.config import HFModelConfig
-
-    from seal.trainer.verl.dataset import TaskDataset
-    from seal.trainer.verl.trainer import SealRayPPOTrainer
+def build_trainer(config: DictConfig, exp_dir: Path) -> Any:
+    """The SEAL trainer on ``config`` (resolved in place), not yet initialised."""
+    from seal.trainer.verl.trainer import SealPPOTrainer
 
     OmegaConf.resolve(config)
-    actor_rollout_cls, ray_worker_group_cls = runner.add_actor_rollout_worker(config)
-    runner.add_critic_worker(config)
-    runner.add_reward_model_resource_pool(config)
-    runner.add_teacher_model_resource_pool(config)
-    runner.add_ref_policy_worker(config, actor_rollout_cls)
-    validate_config(config=config, use_reference_policy=need_reference_policy(config),
-                    use_critic=need_critic(config))
-    model_config: HFModelConfig = omega_conf_to_dataclass(config.actor_rollout_ref.model)
-    train_dataset = TaskDataset.from_config(config, "train", tokenizer=model_config.tokenizer)
-    return SealRayPPOTrainer(
-        config=config,
-        tokenizer=model_config.tokenizer,
-        processor=model_config.processor,
-        role_worker_mapping=runner.role_worker_mapping,
-        resource_pool_manager=runner.init_resource_pool_mgr(config),
-        ray_worker_group_cls=ray_worker_group_cls,
-        train_dataset=train_dataset,
-        val_dataset=TaskDataset.from_config(config, "val", tokenizer=model_config.tokenizer),
-        collate_fn=collate_fn,
-        train_sampler=create_rl_sampler(config.data, train_dataset),
-        exp_dir=exp_dir,
-    )
+    return SealPPOTrainer(config, exp_dir=exp_dir)
 
 
 @ray.remote
-class SealTaskRunner(BaseTaskRunner):
-    """verl's task runner, building :class:`SealRayPPOTrainer` on :class:`TaskDataset` rows."""
+class SealTaskRunner:
+    """verl's V1 task runner, building :class:`~seal.trainer.verl.trainer.SealPPOTrainer`."""
 
     def __init__(self, exp_dir: str) -> None:
-        super().__init__()
         self.exp_dir = Path(exp_dir)
 
-    def add_actor_rollout_worker(self, config: DictConfig) -> tuple[type, type]:
-        """verl's worker roles; on the CPU platform the hybrid worker is the gloo one."""
-        actor_rollout_cls, ray_worker_group_cls = super().add_actor_rollout_worker(config)
-        from seal.trainer.verl import cpu
-
-        if cpu.platform_selected():
-            actor_rollout_cls = cpu.CpuActorRolloutRefWorker
-            for role in list(self.role_worker_mapping):
-                self.role_worker_mapping[role] = ray.remote(actor_rollout_cls)
-        return actor_rollout_cls, ray_worker_group_cls
-
-    def init_resource_pool_mgr(self, config: DictConfig) -> Any:
-        manager = super().init_resource_pool_mgr(config)
-        from seal.trainer.verl import cpu
-
-        if cpu.platform_selected():
-            return cpu.resource_pool_manager_class()(resource_pool_spec=manager.resource_pool_spec,
-                                                     mapping=manager.mapping)
-        return manager
-
     def run(self, config: DictConfig) -> None:
-        trainer = build_trainer(self, config, self.exp_dir)
-        trainer.init_workers()
-        trainer.fit()
+        import transfer_queue as tq
+        from verl.trainer.ppo.v1 import AgentLoopManagerTQ
+        from verl.utils.logging_utils import configure_verl_logging
+
+        configure_verl_logging()
+        with open_dict(config):
+            config.transfer_queue.enable = True
+        tq.init(config.transfer_queue)
+        trainer = None
+        succeeded = False
+        try:
+            trainer = build_trainer(config, self.exp_dir)
+            trainer.init()
+            manager = AgentLoopManagerTQ.create(config=config, llm_client=trainer.get_llm_client(),
+                                                teacher_client=trainer.get_teacher_client(),
+                                                reward_loop_worker_handles=trainer.get_reward_handles())
+            trainer.fit(manager)
+            succeeded = True
+        finally:
+            try:
+                tracking = getattr(trainer, "logger", None)
+                if tracking is not None:
+                    tracking.finish(exit_code=0 if succeeded else 1)
+            finally:
+                tq.close()

@@ -1,13 +1,24 @@
-"""``SealRayPPOTrainer``: verl's ``RayPPOTrainer`` with SEAL's step logic in one hook.
+"""``SealPPOTrainer``: verl's V1 sync trainer (``PPOTrainerSync``) with SEAL's step in its seams.
 
-verl's ``fit()`` is used as is. ``compute_advantage`` is a module function, so the first trainer
-method that sees the GRPO advantages before the policy update is ``_update_actor``; SEAL overrides
-it to observe the step's episodes, rescale ``batch.batch["advantages"]`` with the reweighter and
-return ``seal/*`` metrics, which ``fit()`` logs. The step rules are applied once, by the first of
-``_compute_old_log_prob`` / ``_compute_ref_log_prob`` to run (:func:`seal.trainer.verl.batch.select_rows`);
-the advantages are the SEAL estimator ``seal_grpo`` (:mod:`seal.advantage.grpo`). The other overrides
-(checkpoints with the diagnosis state, each row's environment params, the validation log, the
-best validation step after ``_validate``) each call verl's; docs/architecture.md lists them.
+verl's ``fit()`` and ``_step_once()`` run unchanged. A step's batch lives in TransferQueue
+(:mod:`seal.trainer.verl.batch`); SEAL adds, each time calling verl's own method:
+
+* ``_balance_batch`` (after verl pads and reorders, before any log-prob): the step rules read
+  every real episode's record once and zero the left-out rows' loss masks; padding rows are never
+  counted;
+* ``_compute_old_log_prob`` / ``_compute_ref_log_prob`` / ``_compute_advantage``: zeros and no
+  worker call when nothing is left to train on;
+* ``_update_actor``: observe the episodes, A-Patch (and per-turn credit) on the GRPO advantages,
+  then verl's actor update, or none when nothing is left to train on;
+* ``fit``: the agent-loop manager wrapped so that every dispatched row, training or validation,
+  carries its environment params (:class:`EpisodeParamsDispatch`);
+* ``_save_checkpoint`` / ``_load_checkpoint``: the SEAL state inside each ``global_step_<n>``;
+  ``_validate``: the best validation step; ``_dump_generations``: the project's validation log;
+* ``_init_dataloader`` / ``_init_resource_pool_mgr``: the task dataset, and verl's CPU workers and
+  pools when running on the CPU platform (:mod:`seal.trainer.verl.cpu`).
+
+The advantages are the SEAL estimator ``seal_grpo`` (:mod:`seal.advantage.grpo`), reached through
+verl's estimator registry. docs/gpu.md lists these seams and the test that pins each.
 """
 
 from __future__ import annotations
@@ -17,9 +28,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
+import transfer_queue as tq
 from omegaconf import DictConfig, open_dict
+from tensordict import TensorDict
+from torchdata.stateful_dataloader import StatefulDataLoader
+from verl.trainer.ppo.utils import create_rl_sampler
+from verl.trainer.ppo.v1 import PPOTrainerSync
+from verl.utils import tensordict_utils as tu
+from verl.utils.dataset.rl_dataset import collate_fn
+from verl.workers.utils.padding import response_to_nested
 
 from seal.advantage.grpo import SEAL_GRPO
 from seal.config_base import ConfigError
@@ -28,10 +45,8 @@ from seal.eval.logs import ValidationLogWriter
 from seal.trainer.best_checkpoint import BestCheckpointKeeper, BestCheckpointSettings
 from seal.trainer.coevolution import CoEvolution
 from seal.trainer.step_rules import episode_metrics
-from seal.trainer.verl.batch import select_rows
+from seal.trainer.verl.batch import StepEpisodes, nested_zeros_like, read_step, zero_masks
 from seal.trainer.verl.validation import RECORD_KEY, validation_records
-from verl import DataProto
-from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -39,14 +54,14 @@ SEAL_CKPT_DIR = "seal"
 
 
 def check_verl_config(config: DictConfig) -> None:
-    """Reject verl settings under which the SEAL hook would not run every step (the config pass's
+    """Reject verl settings under which the SEAL step would not run every step (the config pass's
     rule, :func:`seal.config_values.check_verl_backend`, checked again where the trainer starts)."""
     check_verl_backend(config)
 
 
 def use_seal_grpo(config: DictConfig) -> None:
-    """Run ``algorithm.adv_estimator=grpo`` as ``seal_grpo`` (in place, logged): verl computes its
-    built-in ``grpo`` inline, before its estimator registry, with the left-out rows in the baselines."""
+    """Run ``algorithm.adv_estimator=grpo`` as ``seal_grpo`` (in place, logged): verl's built-in
+    ``grpo`` keeps the rows the step rules leave out in the group baselines."""
     if str(config.algorithm.adv_estimator) == "grpo":
         with open_dict(config):
             config.algorithm.adv_estimator = SEAL_GRPO
@@ -54,132 +69,192 @@ def use_seal_grpo(config: DictConfig) -> None:
                     "kept out of the group baselines", SEAL_GRPO)
 
 
-class SealRayPPOTrainer(RayPPOTrainer):
-    """verl's PPO trainer plus the SEAL hooks (see the module docstring for which and why).
+class EpisodeParamsDispatch:
+    """verl's agent-loop manager, with each dispatched row's environment params added.
+
+    Every batch verl dispatches (training prompts in ``prepare_step``, validation batches in
+    ``_validate``) goes through ``generate_sequences``; rows get ``env_params`` from
+    :meth:`CoEvolution.env_params` for their mode and category, training rows also the epoch in
+    ``extra_info["epoch"]`` (the reward's cap decay). Everything else is the manager's own.
+    """
+
+    def __init__(self, manager: Any, trainer: SealPPOTrainer) -> None:
+        self._manager = manager
+        self._trainer = trainer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._manager, name)
+
+    def generate_sequences(self, batch: TensorDict) -> None:
+        validate = bool(tu.get_non_tensor_data(batch, "validate", False))
+        categories = list(batch["data_source"]) if "data_source" in batch.keys() else [None] * len(batch)
+        cache: dict[Any, dict[str, Any]] = {}
+        params = []
+        for category in categories:
+            if category not in cache:
+                cache[category] = self._trainer.coevolution.env_params(train=not validate, category=category)
+            params.append(cache[category])
+        tu.assign_non_tensor_stack(batch, "env_params", params)
+        if not validate and "extra_info" in batch.keys():
+            epoch = self._trainer.epoch_of(int(self._trainer.global_steps))
+            infos = [{**(info if isinstance(info, dict) else {}), "epoch": epoch} for info in batch["extra_info"]]
+            tu.assign_non_tensor_stack(batch, "extra_info", infos)
+        return self._manager.generate_sequences(batch)
+
+
+class SealPPOTrainer(PPOTrainerSync):
+    """verl's V1 sync trainer plus the SEAL seams (see the module docstring for which and why).
 
     Args:
         config: the composed experiment config (verl's tree plus the SEAL blocks).
-        *args, **kwargs: passed to ``RayPPOTrainer`` unchanged.
         exp_dir: ``experiments/<experiment_name>`` (absolute), where the capability state and
             the epoch stats are written.
     """
 
-    def __init__(self, config: DictConfig, *args: Any, exp_dir: Path, **kwargs: Any) -> None:
+    def __init__(self, config: DictConfig, *, exp_dir: Path) -> None:
         check_verl_config(config)
         use_seal_grpo(config)
-        super().__init__(config, *args, **kwargs)
+        super().__init__(config)
         self.coevolution = CoEvolution(config, Path(exp_dir))
+        self._step: StepEpisodes | None = None
         self._best_checkpoints()  # a bad best-checkpoint setting fails here, not after the first validation
 
-    def _update_actor(self, batch: DataProto) -> DataProto:
-        """SEAL's step (observe, A-Patch on ``advantages``), then verl's actor update.
+    # ---- construction ----------------------------------------------------------------------
 
-        ``batch`` is ``fit()``'s batch after ``compute_advantage``: ``advantages`` and
-        ``response_mask`` are ``(B, T)``, one row per episode. It is changed in place, so the
-        data metrics ``fit()`` logs afterwards show the advantages the actor trained on. When
-        no response token is left to train on (every episode left out by the step rules, or
-        rejected by verl's rollout correction) the actor update is skipped, not sent to the
-        workers: verl's loss needs at least one valid token.
-        """
-        seal_metrics = self.seal_step(batch)
-        if not bool(batch.batch["response_mask"].any()):
+    def _init_dataloader(self) -> None:
+        """verl's loaders over :class:`~seal.trainer.verl.dataset.TaskDataset` rows (task ids,
+        after the ``seal.tasks`` filters and the real prompt-length check) in place of verl's
+        prompt dataset; the epoch length and step count follow verl's rules."""
+        from seal.trainer.verl.dataset import TaskDataset
+
+        data = self.config.data
+        self.train_dataset = TaskDataset.from_config(self.config, "train", tokenizer=self.tokenizer)
+        self.val_dataset = TaskDataset.from_config(self.config, "val", tokenizer=self.tokenizer)
+        self.train_dataloader = StatefulDataLoader(
+            dataset=self.train_dataset, batch_size=data.get("gen_batch_size", None) or data.train_batch_size,
+            num_workers=data["dataloader_num_workers"], drop_last=True, collate_fn=collate_fn,
+            sampler=create_rl_sampler(data, self.train_dataset))
+        self.train_dataloader_it = None
+        self.val_dataloader = StatefulDataLoader(
+            dataset=self.val_dataset, batch_size=data.val_batch_size or len(self.val_dataset),
+            num_workers=data["dataloader_num_workers"], shuffle=data.get("validation_shuffle", True),
+            drop_last=False, collate_fn=collate_fn)
+        self.steps_per_epoch = len(self.train_dataset) // data.train_batch_size
+        total = self.config.trainer.total_training_steps
+        self.total_training_steps = int(total) if total is not None else \
+            self.steps_per_epoch * int(self.config.trainer.total_epochs)
+        with open_dict(self.config):  # the LR schedule's horizon, as verl sets it
+            self.config.actor_rollout_ref.actor.optim.total_training_steps = \
+                self.total_training_steps * self.parameter_sync_step
+        logger.info("tasks: %d train, %d val; %d steps (%d a epoch)", len(self.train_dataset),
+                    len(self.val_dataset), self.total_training_steps, self.steps_per_epoch)
+
+    def _init_resource_pool_mgr(self) -> None:
+        """verl's roles and pools; on the CPU platform, the gloo worker and pools of Ray CPUs."""
+        super()._init_resource_pool_mgr()
+        from seal.trainer.verl import cpu
+
+        if cpu.platform_selected():
+            import ray
+
+            for role in list(self.role_worker_mapping):
+                self.role_worker_mapping[role] = ray.remote(cpu.CpuActorRolloutRefWorker)
+            manager = self.resource_pool_manager
+            self.resource_pool_manager = cpu.resource_pool_manager_class()(
+                resource_pool_spec=manager.resource_pool_spec, mapping=manager.mapping)
+
+    def fit(self, agent_loop_manager: Any) -> None:
+        super().fit(EpisodeParamsDispatch(agent_loop_manager, self))
+
+    def epoch_of(self, step: int) -> int:
+        return max(0, (step - 1) // max(1, int(self.steps_per_epoch)))
+
+    # ---- the step ----------------------------------------------------------------------------
+
+    def _balance_batch(self, batch: Any, metrics: dict, logging_prefix: str = "global_seqlen",
+                       keep_minibatch: bool = False) -> Any:
+        """verl's padding and reordering, then the step rules, once: the real rows' records, and
+        the loss masks of the rows left out zeroed before any log-prob or loss reads them."""
+        batch = super()._balance_batch(batch, metrics, logging_prefix=logging_prefix, keep_minibatch=keep_minibatch)
+        self._step = read_step(batch, n=int(self.config.actor_rollout_ref.rollout.n))
+        zero_masks(batch, self._step)
+        return batch
+
+    def _nothing_to_train(self) -> bool:
+        return self._step is not None and self._step.selection.nothing_to_train
+
+    def _put_zeros(self, batch: Any, *fields: str) -> Any:
+        zeros = nested_zeros_like(batch)
+        return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
+                               fields=TensorDict({f: zeros.clone() for f in fields}, batch_size=len(batch)))
+
+    def _compute_old_log_prob(self, batch: Any, metrics: dict) -> Any:
+        """verl's old-policy log-probs; zeros without a worker call when nothing is left to train on."""
+        if self._nothing_to_train():
+            return self._put_zeros(batch, "old_log_probs", "entropy")
+        return super()._compute_old_log_prob(batch, metrics)
+
+    def _compute_ref_log_prob(self, batch: Any, metrics: dict) -> Any:
+        """verl's reference log-probs; zeros without a worker call when nothing is left to train on."""
+        if self._nothing_to_train():
+            return self._put_zeros(batch, "ref_log_prob")
+        return super()._compute_ref_log_prob(batch, metrics)
+
+    def _compute_advantage(self, batch: Any, metrics: dict) -> Any:
+        """verl's advantages (the ``seal_grpo`` estimator); zeros when nothing is left to train on
+        (verl's rollout correction needs at least one valid token)."""
+        if self._nothing_to_train():
+            return self._put_zeros(batch, "advantages", "returns")
+        return super()._compute_advantage(batch, metrics)
+
+    def _update_actor(self, batch: Any, metrics: dict) -> Any:
+        """SEAL's step (observe, A-Patch and turn credit on ``advantages``), then verl's actor
+        update; skipped, not sent to the workers, when no episode is left to train on."""
+        step = self._step.aligned_to(batch.keys) if self._step is not None else read_step(
+            batch, n=int(self.config.actor_rollout_ref.rollout.n))
+        seal_metrics = self.seal_step(batch, step)
+        metrics.update(seal_metrics)
+        if step.selection.nothing_to_train:
             logger.warning("step %d: no episode left to train on (%d of %d excluded, %d lone survivors); "
-                           "the actor update is skipped", self.global_steps, int(seal_metrics["seal/excluded_episodes"]),
-                           len(batch), int(seal_metrics["seal/lone_survivors"]))
-            seal_metrics["seal/skipped_updates"] = 1.0
-            return DataProto.from_single_dict(data={}, meta_info={"metrics": seal_metrics})
-        output = super()._update_actor(batch)
-        output.meta_info.setdefault("metrics", {}).update(seal_metrics)
-        return output
+                           "the actor update is skipped", self.global_steps, step.selection.excluded,
+                           len(step.episodes), step.selection.lone_survivors)
+            return batch
+        return super()._update_actor(batch, metrics)
 
-    def seal_step(self, batch: DataProto) -> dict[str, float]:
-        """Steps (a)–(c) of the module docstring on ``batch`` (plus the epoch-end dump); returns
-        the ``seal/*`` metrics. The records and the step rules' selection are the ones the first
-        hook of the step stored (:meth:`_any_token_to_train`)."""
-        step = int(self.global_steps)
-        steps_per_epoch = len(self.train_dataloader)
-        epoch = (step - 1) // steps_per_epoch
-        results, selection = select_rows(batch, n=int(self.config.actor_rollout_ref.rollout.n))
+    def seal_step(self, batch: Any, step: StepEpisodes) -> dict[str, float]:
+        """Observe the step's episodes, reweight the GRPO advantages in TransferQueue, and run the
+        end-of-step work (epoch dump, interface evolution); returns the ``seal/*`` metrics."""
+        number = int(self.global_steps)
+        epoch = self.epoch_of(number)
+        episodes = step.episodes
         # Excluded episodes say nothing about the policy: the capability state never sees them.
-        metrics = dict(self.coevolution.observe(results, epoch=epoch, step=step))
-        adv = batch.batch["advantages"]
-        tags = [list(r.tags) if keep else None for r, keep in zip(results, selection.trainable)]
-        new_adv, reweight_metrics = self.coevolution.reweight(adv, tags, step=step)
-        mask = batch.batch["response_mask"].to(new_adv.device)
-        new_adv, credit_metrics = self.coevolution.credit_turns(new_adv, mask, [r.call_turns for r in results], tags)
-        batch.batch["advantages"] = new_adv.to(device=adv.device, dtype=adv.dtype)
+        metrics = dict(self.coevolution.observe(episodes, epoch=epoch, step=number))
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
+                               select_fields=["advantages", "response_mask"])
+        nested_mask = data["response_mask"]
+        adv = data["advantages"].to_padded_tensor(0.0)
+        mask = nested_mask.to_padded_tensor(0)
+        tags = step.row_tags()
+        new_adv, reweight_metrics = self.coevolution.reweight(adv, tags, step=number)
+        new_adv, credit_metrics = self.coevolution.credit_turns(new_adv, mask, step.row_call_turns(), tags)
+        advantages = response_to_nested(new_adv.to(adv.dtype), nested_mask)
+        tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
+                        fields=TensorDict({"advantages": advantages}, batch_size=len(batch)))
         metrics.update(reweight_metrics)
         metrics.update(credit_metrics)
-        metrics.update(episode_metrics(results))
-        metrics.update(selection.metrics())
-        self.coevolution.after_step(epoch, step, ends_epoch=step % steps_per_epoch == 0,
-                                   last_step=step >= self.total_training_steps)
+        metrics.update(episode_metrics(episodes))
+        metrics.update(step.selection.metrics())
+        self.coevolution.after_step(epoch, number, ends_epoch=number % max(1, self.steps_per_epoch) == 0,
+                                    last_step=number >= self.total_training_steps)
         metrics.update(self.coevolution.step_metrics())
         return metrics
 
-    def _compute_old_log_prob(self, batch: DataProto) -> tuple[DataProto, float]:
-        """verl's old-policy log-probs, after the step rules zeroed the left-out rows' masks.
-
-        When nothing is left to train on, no worker is called: zero log-probs come back and the
-        batch's ``rollout_log_probs`` are dropped, so verl's rollout correction (which needs at
-        least one valid token) is skipped for a step whose update is skipped anyway.
-        """
-        if not self._any_token_to_train(batch):
-            if "rollout_log_probs" in batch.batch.keys():
-                batch.pop(batch_keys=["rollout_log_probs"])
-            zeros = torch.zeros_like(batch.batch["response_mask"], dtype=torch.float32)
-            return DataProto.from_single_dict({"old_log_probs": zeros, "entropys": zeros.clone()}), 0.0
-        return super()._compute_old_log_prob(batch)
-
-    def _compute_ref_log_prob(self, batch: DataProto) -> DataProto:
-        """verl's reference log-probs; zeros without a worker call when nothing is left to train on."""
-        if not self._any_token_to_train(batch):
-            zeros = torch.zeros_like(batch.batch["response_mask"], dtype=torch.float32)
-            return DataProto.from_single_dict({"ref_log_prob": zeros})
-        return super()._compute_ref_log_prob(batch)
-
-    def _any_token_to_train(self, batch: DataProto) -> bool:
-        """Apply the step rules (at the step's first call: :func:`select_rows` zeroes the
-        left-out rows' masks); return whether any response token is left to train on."""
-        select_rows(batch, n=int(self.config.actor_rollout_ref.rollout.n))
-        return bool(batch.batch["response_mask"].any())
-
-    def _get_gen_batch(self, batch: DataProto) -> DataProto:
-        """verl's generation batch plus what the episode runner reads beyond the task id.
-
-        Each row gets ``env_params`` from :meth:`CoEvolution.env_params` for its ``rollout_mode``
-        (``sample`` for training rows, ``validate`` for validation rows) and category; training
-        rows also get the current epoch in ``extra_info["epoch"]`` (the reward's cap decay).
-        """
-        gen_batch = super()._get_gen_batch(batch)
-        ntb = gen_batch.non_tensor_batch
-        if "rollout_mode" not in ntb:
-            return gen_batch
-        categories = ntb.get("data_source", [None] * len(gen_batch))
-        infos = ntb.get("extra_info", [None] * len(gen_batch))
-        epoch = (int(self.global_steps) - 1) // max(1, len(self.train_dataloader))
-        cache: dict[tuple[str, Any], dict[str, Any]] = {}
-        params = np.empty(len(gen_batch), dtype=object)
-        for i, (mode, cat) in enumerate(zip(ntb["rollout_mode"], categories)):
-            key = (str(mode), cat)
-            if key not in cache:
-                cache[key] = self.coevolution.env_params(train=key[0] == "sample", category=cat)
-            params[i] = cache[key]
-            if key[0] == "sample" and isinstance(infos[i], dict):
-                # The same dict object sits in the training batch, so both stay consistent.
-                infos[i]["epoch"] = max(0, epoch)
-        ntb["env_params"] = params
-        return gen_batch
+    # ---- validation and outputs -------------------------------------------------------------
 
     def _dump_generations(self, inputs: list[str], outputs: list[str], gts: list[Any], scores: list[float],
                           reward_extra_infos_dict: dict[str, list[Any]], dump_path: str) -> None:
-        """Write ``<dump_path>/<step>.jsonl`` in the project's validation-log format (:mod:`seal.eval.logs`).
-
-        verl calls this with ``trainer.validation_data_dir`` after each validation (and with
-        ``trainer.rollout_data_dir`` after each training step, when set). When the episode runner
-        supplied its ``seal_record`` column the lines are :class:`seal.eval.logs.ValidationRecord`
-        objects; otherwise verl's own dump is written.
-        """
+        """Write ``<dump_path>/<step>.jsonl`` in the project's validation-log format
+        (:mod:`seal.eval.logs`) when the episodes carry their SEAL record; else verl's own dump."""
         records = reward_extra_infos_dict.get(RECORD_KEY)
         if records is None or len(records) != len(scores):
             super()._dump_generations(inputs, outputs, gts, scores, reward_extra_infos_dict, dump_path)
@@ -194,27 +269,11 @@ class SealRayPPOTrainer(RayPPOTrainer):
         writer.write_many(validation_records(list(records), scores, step=self.global_steps, generation=generation))
         logger.info("validation log: %d episodes in %s", len(scores), path)
 
-    def _step_folder(self, step: int) -> Path:
-        return Path(os.path.abspath(str(self.config.trainer.default_local_dir))) / f"global_step_{step}"
-
-    def _save_checkpoint(self) -> None:
-        """Write the diagnosis state into ``global_step_<n>/seal/``, then verl's checkpoint.
-
-        The state goes first: verl writes ``latest_checkpointed_iteration.txt`` last, so a
-        checkpoint verl can resume from always holds the matching diagnosis state. With
-        ``trainer.keep_only_best_checkpoint`` the folders other than the best and this newest
-        one are then deleted.
-        """
-        self.coevolution.save(self._step_folder(self.global_steps) / SEAL_CKPT_DIR)
-        super()._save_checkpoint()
-        self._saved_step = int(self.global_steps)
-        self._best_checkpoints().prune()
-
-    def _validate(self, merged: bool = False) -> dict[str, Any]:
+    def _validate(self) -> dict[str, Any]:
         """verl's validation pass, then the best-step check on its scores: a new best step is
-        checkpointed (unless verl saved this step already) and marked; ``best_checkpoint/*``
-        metrics join the validation metrics verl logs."""
-        metrics = super()._validate(merged=merged)
+        checkpointed (unless this step was saved already) and marked; ``best_checkpoint/*``
+        metrics join the validation metrics."""
+        metrics = super()._validate()
         keeper = self._best_checkpoints()
         if keeper.enabled and metrics:
             metrics.update(keeper.after_validation(int(self.global_steps), metrics, self._save_best_step))
@@ -227,27 +286,39 @@ class SealRayPPOTrainer(RayPPOTrainer):
     def _best_checkpoints(self) -> BestCheckpointKeeper:
         keeper = getattr(self, "_best_keeper", None)
         if keeper is None:
-            root = Path(os.path.abspath(str(self.config.trainer.default_local_dir)))
-            keeper = BestCheckpointKeeper(root, BestCheckpointSettings.from_trainer_cfg(self.config.trainer))
+            keeper = BestCheckpointKeeper(self._checkpoint_root(), BestCheckpointSettings.from_trainer_cfg(self.config.trainer))
             self._best_keeper = keeper
         return keeper
 
-    def _load_checkpoint(self) -> Any:
-        """verl's resume, then the diagnosis state saved with the same checkpoint (and the best
+    # ---- checkpoints ------------------------------------------------------------------------
+
+    def _checkpoint_root(self) -> Path:
+        return Path(os.path.abspath(str(self.config.trainer.default_local_dir)))
+
+    def _save_checkpoint(self) -> None:
+        """The SEAL state into ``global_step_<n>/seal/``, then verl's checkpoint: verl writes its
+        tracker last, so a checkpoint verl resumes from always holds the matching SEAL state. With
+        ``trainer.keep_only_best_checkpoint`` the folders but the best and this one are deleted."""
+        self.coevolution.save(self._checkpoint_root() / f"global_step_{self.global_steps}" / SEAL_CKPT_DIR)
+        super()._save_checkpoint()
+        self._saved_step = int(self.global_steps)
+        self._best_checkpoints().prune()
+
+    def _load_checkpoint(self) -> None:
+        """verl's resume, then the SEAL state saved with the same checkpoint (and the best
         validation step so far, when best-step keeping is on)."""
-        result = super()._load_checkpoint()
+        super()._load_checkpoint()
         self._best_checkpoints().restore()
         folder = self._resumed_folder()
-        if folder is not None:
-            self._saved_step = int(self.global_steps)  # its folder exists: a best here needs no new save
-            seal_dir = folder / SEAL_CKPT_DIR
-            if not seal_dir.is_dir():
-                raise ConfigError(
-                    f"checkpoint {folder} has no {SEAL_CKPT_DIR}/ folder (not written by this trainer); "
-                    "start from scratch with trainer.resume_mode=disable")
-            self.coevolution.load(seal_dir)
-            logger.info("restored the SEAL diagnosis state from %s", seal_dir)
-        return result
+        if folder is None:
+            return
+        self._saved_step = int(self.global_steps)  # its folder exists: a best here needs no new save
+        seal_dir = folder / SEAL_CKPT_DIR
+        if not seal_dir.is_dir():
+            raise ConfigError(f"checkpoint {folder} has no {SEAL_CKPT_DIR}/ folder (not written by this trainer); "
+                              "start from scratch with trainer.resume_mode=disable")
+        self.coevolution.load(seal_dir)
+        logger.info("restored the SEAL state from %s", seal_dir)
 
     def _resumed_folder(self) -> Path | None:
         """The ``global_step_<n>`` folder verl's ``_load_checkpoint`` resumed from, if any."""
@@ -256,5 +327,5 @@ class SealRayPPOTrainer(RayPPOTrainer):
             return None
         if mode == "resume_path":
             return Path(os.path.abspath(str(self.config.trainer.resume_from_path)))
-        return self._step_folder(int(self.global_steps))
+        return self._checkpoint_root() / f"global_step_{int(self.global_steps)}"
 

@@ -179,7 +179,7 @@ def test_decode_with_groups_equals_the_plain_path() -> None:
         root, _ = prefill(model, shape, prompt, None, 0)
         rows = prefill_padded(model, shape, [PrefillItem(prompt + [60 + i], root, len(prompt)) for i in range(3)], 0)
         entries, first = [e for e, _ in rows], torch.stack([lg for _, lg in rows])
-        greedy = (lambda lg: lg.argmax(-1), lambda lg, t: torch.log_softmax(lg, -1).gather(1, t[:, None])[:, 0])
+        greedy = (lambda lg, rows: lg.argmax(-1), lambda lg, t: torch.log_softmax(lg, -1).gather(1, t[:, None])[:, 0])
         outs = [decode(model, shape, entries, first, [5, 3, 5], *greedy, {2}, 0, min_shared=m) for m in (8, 0)]
     assert calls and all(n == 1 for n in calls)  # the grouped decode ran shared-prefix attention
     assert outs[0].tokens == outs[1].tokens
@@ -196,7 +196,7 @@ def test_dropping_finished_rows_changes_no_row(min_shared: int, monkeypatch: pyt
     model = tiny_model().eval()
     shape = KVShape.of(model.config, torch.float32)
     prompt = list(range(3, 50))
-    greedy = (lambda lg: lg.argmax(-1), lambda lg, t: torch.log_softmax(lg, -1).gather(1, t[:, None])[:, 0])
+    greedy = (lambda lg, rows: lg.argmax(-1), lambda lg, t: torch.log_softmax(lg, -1).gather(1, t[:, None])[:, 0])
     outs = []
     with torch.no_grad(), server_attention_for(model):
         root, _ = prefill(model, shape, prompt, None, 0)
