@@ -7,7 +7,8 @@ Checks: the run files (config, overrides, commit); one validation log per expect
 line a well-formed record of that step, one per validation task; the capability state (live file
 and one per checkpoint, observe_count growing step by step); the epoch statistics; the checkpoint
 folders ``checkpoints/global_step_<k>/`` with SEAL's ``seal/`` state and the backend's own files;
-the resume tracker; with ``--resumed-from``, the diagnosis state carried across the resume.
+the resume tracker; for a run that resumed (its ``resumes.jsonl``), the diagnosis state carried
+across the resume from the step the run recorded (``--resumed-from`` asserts that step).
 Exit status 0 when every check passes, 1 otherwise. Works on both backends' folders
 (scripts/gpu_smoke.sh runs it on a verl run; the tests on a local-backend run).
 """
@@ -24,6 +25,7 @@ from typing import Any
 
 STATE_FILE = "capability_state.json"
 TRACKER = "latest_checkpointed_iteration.txt"
+RESUMES_FILE = "resumes.jsonl"  # written by the trainers on resume (seal.trainer.coevolution.RESUMES_FILE)
 # What each backend's checkpoint holds besides seal/: verl's FSDP actor shards, the local
 # trainer's model weights and trainer state.
 BACKEND_CKPT_FILES = {"verl": ["actor"], "local": ["trainer_state.json"]}
@@ -149,9 +151,27 @@ def check_diagnosis_growth(exp: Path, ex: Expectations) -> str:
     return " -> ".join(f"{c} (step {k})" for k, c in counts)
 
 
+def resume_point(exp: Path) -> int | None:
+    """The step the run last resumed from, as the trainer recorded it (``resumes.jsonl``); None
+    for a run that never resumed."""
+    path = exp / RESUMES_FILE
+    if not path.is_file():
+        return None
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    try:
+        return int(json.loads(lines[-1])["resumed_from"]) if lines else None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CheckFailed(f"{path}: not a resume record ({exc})") from exc
+
+
 def check_resume_carried(exp: Path, ex: Expectations) -> str:
-    """After resuming at step R, the state holds more than the resumed steps alone could observe."""
-    r, last = ex.resumed_from, ex.steps
+    """After resuming at step R (the run's own record), the state holds more than the resumed
+    steps alone could observe. ``--resumed-from``, when given, must agree with the record."""
+    r, last = resume_point(exp), ex.steps
+    if r is None:
+        raise CheckFailed(f"{exp / RESUMES_FILE} is missing: the run never resumed")
+    if ex.resumed_from is not None and ex.resumed_from != r:
+        raise CheckFailed(f"the run resumed from step {r}, not from step {ex.resumed_from}")
     before = _observe_count(exp / "checkpoints" / f"global_step_{r}" / "seal" / STATE_FILE)
     after = _observe_count(exp / "checkpoints" / f"global_step_{last}" / "seal" / STATE_FILE)
     if after <= before:
@@ -173,7 +193,7 @@ def checks(exp: Path, ex: Expectations) -> Iterator[tuple[str, Callable[[], str]
         yield f"checkpoint step {k}", lambda k=k: check_checkpoint(exp, k, ex.backend)
     yield "resume tracker", lambda: check_tracker(exp, ex.steps)
     yield "diagnosis state per checkpoint", lambda: check_diagnosis_growth(exp, ex)
-    if ex.resumed_from is not None:
+    if ex.resumed_from is not None or (exp / RESUMES_FILE).is_file():
         yield "diagnosis state carried across the resume", lambda: check_resume_carried(exp, ex)
 
 
@@ -200,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--val-steps", type=_steps, required=True, help="steps with a validation log, e.g. 0,2,3")
     p.add_argument("--ckpt-steps", type=_steps, required=True, help="steps with a checkpoint folder, e.g. 1,2,3")
     p.add_argument("--epochs", type=_steps, default=[], help="epochs with a statistics file, e.g. 0,1")
-    p.add_argument("--resumed-from", type=int, help="the step the run was resumed at")
+    p.add_argument("--resumed-from", type=int,
+                   help="the step the run must have resumed from (default: whatever the run recorded)")
     p.add_argument("--episodes-per-step", type=int, help="training episodes per step (tasks x n)")
     p.add_argument("--val-tasks", type=int, help="validation tasks per validation")
     p.add_argument("--backend", choices=sorted(BACKEND_CKPT_FILES), help="also check the backend's checkpoint files")

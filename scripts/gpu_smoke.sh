@@ -199,7 +199,7 @@ if [ "$PHASE" = train ]; then
 fi
 phase resume "${OVERRIDES[@]}" "${RESUME[@]}"
 
-CHECK=("$EXP" --steps 3 --resumed-from 2 --val-steps "$VAL_STEPS" --ckpt-steps "$CKPT_STEPS"
+CHECK=("$EXP" --steps 3 --val-steps "$VAL_STEPS" --ckpt-steps "$CKPT_STEPS"
        --episodes-per-step "$EPISODES" --backend "${BACKEND/cpu/verl}")
 [ "$EPOCHS" = - ] || CHECK+=(--epochs "$EPOCHS")
 [ "$VAL_TASKS" = - ] || CHECK+=(--val-tasks "$VAL_TASKS")

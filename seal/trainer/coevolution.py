@@ -46,6 +46,8 @@ logger = logging.getLogger(__name__)
 STATE_FILE = "capability_state.json"
 HOOKS_FILE = "seal_hooks.json"
 HOOKS_VERSION = 2
+# One line per resume of the run, in the experiment folder: {"resumed_from": step, "checkpoint": folder}.
+RESUMES_FILE = "resumes.jsonl"
 ROLLOUT_MODES = {True: "sample", False: "validate"}
 
 
@@ -213,14 +215,22 @@ class CoEvolution:
             self.state.save(directory / STATE_FILE)
         (directory / HOOKS_FILE).write_text(json.dumps(self._meta(), sort_keys=True), encoding="utf-8")
 
-    def load(self, directory: Path) -> None:
-        """Restore what :meth:`save` wrote; missing or corrupt files raise (never a silent fresh start)."""
+    def load(self, directory: Path, *, step: int | None = None) -> None:
+        """Restore what :meth:`save` wrote; missing or corrupt files raise (never a silent fresh start).
+
+        ``step``: the training step of the checkpoint a run resumes from; it is appended to the
+        experiment's ``resumes.jsonl`` (what scripts/check_run_outputs.py reads as the resume point).
+        """
         directory = Path(directory)
         meta = json.loads((directory / HOOKS_FILE).read_text(encoding="utf-8"))
         if meta.get("version") == 1:
             meta = _meta_from_version_1(meta, directory / STATE_FILE)
         state = CapabilityState.load(directory / STATE_FILE).to_dict() if self.enabled else None
         self.load_state_dict({**meta, "capability_state": state})
+        if step is not None:
+            self.exp_dir.mkdir(parents=True, exist_ok=True)
+            with (self.exp_dir / RESUMES_FILE).open("a", encoding="utf-8") as f:
+                f.write(json.dumps({"resumed_from": int(step), "checkpoint": str(directory.parent)}) + "\n")
 
 
 def _meta_from_version_1(meta: Mapping[str, Any], state_file: Path) -> dict[str, Any]:

@@ -89,3 +89,15 @@ def episode_metrics(results: Sequence[EpisodeResult]) -> dict[str, float]:
             "seal/tagged_episodes": float(sum(bool(r.tags) for r in played)),
         })
     return out
+
+
+def signal_metrics(rewards: Sequence[float], groups: Sequence[Hashable], trainable: Sequence[bool]) -> dict[str, float]:
+    """How much a step has to learn from: ``seal/groups_with_reward_spread`` counts the GRPO
+    groups whose trained episodes' rewards differ (only those give non-zero advantages);
+    ``seal/groups`` counts the groups with a trained episode."""
+    by_group: dict[Hashable, set[float]] = {}
+    for reward, group, keep in zip(rewards, groups, trainable):
+        if keep:
+            by_group.setdefault(group, set()).add(float(reward))
+    return {"seal/groups": float(len(by_group)),
+            "seal/groups_with_reward_spread": float(sum(len(r) > 1 for r in by_group.values()))}

@@ -98,6 +98,7 @@ def load_checkpoint(path: Path, *, model: torch.nn.Module, optimizer: torch.opti
     current = path / TRAINER_FILE
     try:
         state = json.loads(current.read_text(encoding="utf-8"))
+        step = int(state["global_step"])
         current = path / "model.pt"
         model.load_state_dict(torch.load(current, map_location="cpu", weights_only=True))
         current = path / "optimizer.pt"
@@ -105,8 +106,7 @@ def load_checkpoint(path: Path, *, model: torch.nn.Module, optimizer: torch.opti
         current = path / "rng.pt"
         set_rng_state(torch.load(current, weights_only=False))
         current = path / "seal"
-        coevolution.load(current)
-        int(state["global_step"])
+        coevolution.load(current, step=step)
         current = path / TRAINER_FILE
         state["data"]["epoch"], state["data"]["index"]
     except (OSError, ValueError, KeyError, TypeError, RuntimeError, EOFError, pickle.UnpicklingError) as exc:

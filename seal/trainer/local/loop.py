@@ -28,7 +28,7 @@ from seal.trainer.local import checkpoint as ckpt
 from seal.trainer.local.data import TaskSampler
 from seal.rollout.prompt_length import prompt_token_counter
 from seal.schema import LocalKeys, block
-from seal.trainer.step_rules import episode_metrics, select_trainable
+from seal.trainer.step_rules import episode_metrics, select_trainable, signal_metrics
 from seal.trainer.tasks import select_task_ids
 from seal.trainer.local.episodes import Episode, EpisodeJob, play_all
 from seal.trainer.local.metrics import MetricsLogger
@@ -190,6 +190,7 @@ class LocalTrainer:
         # The shared step rules: faulted, excluded and lone-survivor episodes are left out.
         selection = select_trainable([not e.trainable for e in episodes], [e.uid for e in episodes], n=n)
         metrics.update(selection.metrics())
+        metrics.update(signal_metrics([r.reward for r in results], [e.uid for e in episodes], selection.trainable))
         kept = [e for e, keep in zip(episodes, selection.trainable) if keep]
         if kept:
             batch = build_batch(kept)

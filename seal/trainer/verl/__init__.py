@@ -1,7 +1,7 @@
 """The verl backend: the SEAL recipe on Ray + FSDP + async vLLM, as a thin layer over pinned verl.
 
 * :func:`run_verl` — entry point for ``trainer.backend=verl`` (see ``main.py``);
-* :class:`SealRayPPOTrainer` — verl's ``RayPPOTrainer`` with SEAL's step in ``_update_actor``;
+* :class:`SealPPOTrainer` — verl's V1 sync trainer (``PPOTrainerSync``) with SEAL's step in its seams;
 * :class:`TaskDataset` — task-id rows for verl's dataloader (no long prompts).
 
 Attributes load on first access: importing verl's trainer takes several seconds.
@@ -17,7 +17,7 @@ _LAZY = {
     "prepare_config": "seal.trainer.verl.main",
     "SealTaskRunner": "seal.trainer.verl.main",
     "build_trainer": "seal.trainer.verl.main",
-    "SealRayPPOTrainer": "seal.trainer.verl.trainer",
+    "SealPPOTrainer": "seal.trainer.verl.trainer",
     "TaskDataset": "seal.trainer.verl.dataset",
 }
 

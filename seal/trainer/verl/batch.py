@@ -23,7 +23,7 @@ import transfer_queue as tq
 from tensordict import TensorDict
 
 from seal.episode import EpisodeResult
-from seal.trainer.step_rules import StepSelection, select_trainable
+from seal.trainer.step_rules import StepSelection, select_trainable, signal_metrics
 
 # The masks verl's actor reads: the policy loss weighs tokens by ``response_mask``, the token
 # count that normalises it reads ``loss_mask``.
@@ -41,6 +41,7 @@ class StepEpisodes:
     keys: tuple[str, ...]
     results: tuple[EpisodeResult | None, ...]
     selection: StepSelection
+    groups: tuple[str | None, ...] = ()
 
     @property
     def episodes(self) -> list[EpisodeResult]:
@@ -57,6 +58,11 @@ class StepEpisodes:
         return [list(r.tags) if keep and r is not None else None
                 for r, keep in zip(self.results, self.trainable_rows())]
 
+    def signal_metrics(self) -> dict[str, float]:
+        """:func:`seal.trainer.step_rules.signal_metrics` over the real rows."""
+        real = [(r.reward, g) for r, g in zip(self.results, self.groups) if r is not None]
+        return signal_metrics([x for x, _ in real], [g for _, g in real], self.selection.trainable)
+
     def row_call_turns(self) -> list[tuple[int, ...]]:
         return [tuple(r.call_turns) if r is not None else () for r in self.results]
 
@@ -72,7 +78,8 @@ class StepEpisodes:
         results = tuple(self.results[i] for i in order)
         real = [i for i in order if self.results[i] is not None]
         excluded = [self.results[i].excluded for i in real]
-        return StepEpisodes(tuple(keys), results, StepSelection.from_flags([trainable[i] for i in real], excluded))
+        return StepEpisodes(tuple(keys), results, StepSelection.from_flags([trainable[i] for i in real], excluded),
+                            tuple(self.groups[i] for i in order))
 
 
 def record_of(extra_fields: Any) -> EpisodeResult:
@@ -99,7 +106,9 @@ def read_step(batch: Any, *, n: int) -> StepEpisodes:
     results = tuple(None if pad else next(records) for pad in padding)
     real = [r for r in results if r is not None]
     selection = select_trainable([r.excluded for r in real], uids, n=n)
-    return StepEpisodes(tuple(keys), results, selection)
+    real_uids = iter(uids)
+    groups = tuple(None if pad else next(real_uids) for pad in padding)
+    return StepEpisodes(tuple(keys), results, selection, groups)
 
 
 def zero_masks(batch: Any, step: StepEpisodes) -> int:

@@ -8,7 +8,7 @@ plug-in points, so verl's workers, trainer and agent loop run unchanged on CPU p
 * :class:`CpuActorRolloutRefWorker`: verl's hybrid worker, opening a ``gloo`` process group
   before verl's own would ask for ``cpu:gloo,cpu:gloo`` (which torch refuses), and registering
   verl's FSDP engine for the ``cpu`` device (verl registers it for cuda/npu only).
-* :class:`CpuResourcePoolManager`: verl's pools count GPUs; these count Ray's logical CPUs.
+* :class:`CpuResourcePoolManager`: verl's pools count GPUs; these count process slots (:data:`SLOT_RESOURCE`).
 
 Every Ray process imports this module through ``VERL_USE_EXTERNAL_MODULES`` (verl's
 ``__init__`` reads it), set in the Ray runtime env by :func:`cpu_runtime_env`;
@@ -31,6 +31,10 @@ from verl.plugin.platform.platform_manager import PlatformRegistry
 logger = logging.getLogger(__name__)
 
 PLATFORM_NAME = "cpu"
+# The Ray resource that stands for one verl process slot (an FSDP rank) on a CPU node: a local
+# cluster gets trainer.n_gpus_per_node of them; a node joining a cluster offers them with
+# ``ray start --resources='{"seal_cpu_slot": K}'``.
+SLOT_RESOURCE = "seal_cpu_slot"
 # What every Ray process imports at ``import verl`` (comma-separated module names).
 PLUGIN_MODULES = "seal.trainer.verl.cpu,seal.trainer.verl.cpu_rollout"
 
@@ -142,12 +146,10 @@ class CpuPlatform(PlatformBase):
         pass
 
     def ray_resource_name(self) -> str:
-        # A placement-group bundle of verl's is {"CPU": colocate count, <this>: 1}: naming the CPU
-        # here makes it one CPU a process slot.
-        return "CPU"
-
-    def ray_resource_options(self, num_gpus: float) -> dict[str, Any]:
-        return {"num_cpus": num_gpus}
+        # verl places each node's ranks in one placement group of {"CPU": colocate count, <this>: 1}
+        # bundles, as it does with GPUs: a node offers as many slots as the ranks it may host, so
+        # the groups of a multi-node run land on distinct nodes.
+        return SLOT_RESOURCE
 
     def ray_noset_envvars(self) -> list[str]:
         return []
@@ -219,11 +221,15 @@ def resource_pool_manager_class() -> type:
         def _check_resource_available(self) -> None:
             import ray
 
-            available = ray.available_resources().get("CPU", 0)
-            required = sum(n for nodes in self.resource_pool_spec.values() for n in nodes)
-            if available < required:
-                raise ValueError(f"the local Ray cluster has {available:g} free CPUs and verl's workers need "
-                                 f"{required}: raise ray_kwargs.ray_init.num_cpus")
+            free = sorted((node["Resources"].get(SLOT_RESOURCE, 0) for node in ray.nodes() if node["Alive"]),
+                          reverse=True)
+            for pool, nodes in self.resource_pool_spec.items():
+                wanted = sorted(nodes, reverse=True)
+                if len(free) < len(wanted) or any(f < n for f, n in zip(free, wanted)):
+                    raise ValueError(
+                        f"verl's {pool} needs {len(nodes)} node(s) with {max(nodes)} {SLOT_RESOURCE} each "
+                        f"(trainer.nnodes x trainer.n_gpus_per_node) and the Ray cluster's nodes offer {free}: "
+                        f"start each node with --resources='{{\"{SLOT_RESOURCE}\": {max(nodes)}}}'")
 
     return CpuResourcePoolManager
 
@@ -257,6 +263,13 @@ def _set(cfg: Any, key: str, value: Any, changes: list[str], *, only_if: Any = N
     changes.append(f"{key}={value}")
 
 
+def joins_cluster(cfg: Any) -> bool:
+    """Whether the run joins a running Ray cluster (``ray_kwargs.ray_init.address`` or ``RAY_ADDRESS``)."""
+    from omegaconf import OmegaConf
+
+    return bool(OmegaConf.select(cfg, "ray_kwargs.ray_init.address") or os.environ.get("RAY_ADDRESS"))
+
+
 def adapt_to_cpu(cfg: Any) -> list[str]:
     """The settings verl needs on the CPU platform, applied in place to a prepared config; returns
     the ``key=value`` changes (also logged in one line).
@@ -266,8 +279,10 @@ def adapt_to_cpu(cfg: Any) -> list[str]:
     * a trainable reference engine (``forward_only`` pins CPU-offloaded memory, which needs an
       accelerator) with the actor's optimizer settings, never stepped;
     * the ``seal_cpu`` rollout in place of vLLM/SGLang;
-    * the platform and the plug-in modules in every Ray process, and enough logical Ray CPUs for
-      verl's process slots (a bundle per process, plus the runner and agent-loop workers).
+    * the platform and the plug-in modules in every Ray process; on a cluster it starts itself,
+      enough logical Ray CPUs for the runner, TransferQueue and agent-loop workers, and
+      ``trainer.n_gpus_per_node`` process slots (:data:`SLOT_RESOURCE`);
+    * one TransferQueue storage unit (verl's default of 8 each holds a logical CPU).
     """
     from omegaconf import OmegaConf, open_dict
 
@@ -294,8 +309,13 @@ def adapt_to_cpu(cfg: Any) -> list[str]:
         # TransferQueue's storage units each hold a logical Ray CPU; verl's default of 8 would leave
         # too few for the worker slots of a CPU cluster.
         _set(cfg, "transfer_queue.backend.SimpleStorage.num_data_storage_units", 1, changes, only_if=(8,))
-        if not OmegaConf.select(cfg, "ray_kwargs.ray_init.num_cpus"):
-            _set(cfg, "ray_kwargs.ray_init.num_cpus", max(16, os.cpu_count() or 1), changes)
+        if joins_cluster(cfg):
+            # Ray refuses a CPU count when joining a cluster: the nodes declare their own.
+            _set(cfg, "ray_kwargs.ray_init.num_cpus", None, changes)
+        else:
+            if not OmegaConf.select(cfg, "ray_kwargs.ray_init.num_cpus"):
+                _set(cfg, "ray_kwargs.ray_init.num_cpus", max(16, os.cpu_count() or 1), changes)
+            _set(cfg, f"ray_kwargs.ray_init.resources.{SLOT_RESOURCE}", int(cfg.trainer.n_gpus_per_node), changes)
         env_vars = dict(OmegaConf.select(cfg, "ray_kwargs.ray_init.runtime_env.env_vars") or {})
         OmegaConf.update(cfg, "ray_kwargs.ray_init.runtime_env.env_vars", cpu_runtime_env(env_vars),
                          merge=False, force_add=True)

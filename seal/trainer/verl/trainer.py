@@ -160,8 +160,9 @@ class SealPPOTrainer(PPOTrainerSync):
             for role in list(self.role_worker_mapping):
                 self.role_worker_mapping[role] = ray.remote(cpu.CpuActorRolloutRefWorker)
             manager = self.resource_pool_manager
+            # One process a slot: the FSDP worker holds actor, reference and rollout together.
             self.resource_pool_manager = cpu.resource_pool_manager_class()(
-                resource_pool_spec=manager.resource_pool_spec, mapping=manager.mapping)
+                resource_pool_spec=manager.resource_pool_spec, mapping=manager.mapping, max_colocate_count=1)
 
     def fit(self, agent_loop_manager: Any) -> None:
         super().fit(EpisodeParamsDispatch(agent_loop_manager, self))
@@ -244,6 +245,8 @@ class SealPPOTrainer(PPOTrainerSync):
         metrics.update(credit_metrics)
         metrics.update(episode_metrics(episodes))
         metrics.update(step.selection.metrics())
+        metrics.update(step.signal_metrics())
+        metrics["seal/nonzero_advantage_rows"] = float(((new_adv != 0) & (mask > 0)).any(dim=-1).sum())
         self.coevolution.after_step(epoch, number, ends_epoch=number % max(1, self.steps_per_epoch) == 0,
                                     last_step=number >= self.total_training_steps)
         metrics.update(self.coevolution.step_metrics())
@@ -317,7 +320,7 @@ class SealPPOTrainer(PPOTrainerSync):
         if not seal_dir.is_dir():
             raise ConfigError(f"checkpoint {folder} has no {SEAL_CKPT_DIR}/ folder (not written by this trainer); "
                               "start from scratch with trainer.resume_mode=disable")
-        self.coevolution.load(seal_dir)
+        self.coevolution.load(seal_dir, step=int(self.global_steps))
         logger.info("restored the SEAL state from %s", seal_dir)
 
     def _resumed_folder(self) -> Path | None:
