@@ -20,7 +20,18 @@ def _has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--run-sabotage", action="store_true",
+                     help="also run the `sabotage` tests: each breaks a path on purpose to show that another "
+                          "test then fails (minutes each, so not part of the default run)")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("--run-sabotage"):
+        proof = pytest.mark.skip(reason="a proof of another test's sensitivity: run with --run-sabotage")
+        for item in items:
+            if "sabotage" in item.keywords:
+                item.add_marker(proof)
     # The Ray tests take minutes each: start them first, so that the other pytest-xdist worker
     # takes the rest of the suite meanwhile.
     items.sort(key=lambda item: item.get_closest_marker("ray") is None)

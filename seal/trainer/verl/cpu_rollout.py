@@ -27,6 +27,8 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput
 
 ROLLOUT_NAME = "seal_cpu"
+# The actor's weights reach a server in buckets of about this size (through Ray's object store).
+WEIGHT_BUCKET_BYTES = 64 * 2**20
 
 
 def server_name(replica_rank: int) -> str:
@@ -61,9 +63,10 @@ class SealCpuServer:
         output.extra_fields["global_steps"] = self.global_steps
         return output
 
-    def update_weights(self, named_tensors: dict[str, torch.Tensor]) -> int:
-        """Load the actor's weights; returns how many tensors were loaded. Names the model does not
-        have fail; parameters the actor did not send may only be tied ones (the LM head)."""
+    def update_weights(self, named_tensors: dict[str, torch.Tensor], *, last: bool = True) -> int:
+        """Load one bucket of the actor's weights; returns how many tensors it held. Names the model
+        does not have fail. The bucket marked ``last`` completes the update: the cache of the
+        old weights is dropped and the update counted."""
         model = self.server.model
         own = dict(model.named_parameters(remove_duplicate=False))
         unknown = sorted(set(named_tensors) - set(own))
@@ -72,8 +75,9 @@ class SealCpuServer:
         with torch.no_grad():
             for name, tensor in named_tensors.items():
                 own[name].copy_(tensor.to(own[name].dtype))
-        self.server.clear_cache()
-        self.weight_updates += 1
+        if last:
+            self.server.clear_cache()
+            self.weight_updates += 1
         return len(named_tensors)
 
     def set_global_steps(self, global_steps: int | None) -> None:
@@ -152,17 +156,21 @@ class SealCpuRollout(BaseRollout):
         if wire_format != "named_tensors":
             raise ValueError(f"the {ROLLOUT_NAME} rollout takes full tensors, not {wire_format!r}: "
                              "leave actor_rollout_ref.rollout.checkpoint_engine at its default")
-        # Every rank drains the generator: gathering the full tensors is collective.
-        state = {}
-        if hasattr(weights, "__aiter__"):
-            async for name, tensor in weights:
-                state[name] = tensor.detach().to("cpu", copy=True)
-        else:
-            for name, tensor in weights:
-                state[name] = tensor.detach().to("cpu", copy=True)
+        # Every rank drains the generator (gathering the full tensors is collective); the sending
+        # rank ships them in buckets, so no process holds a second copy of the whole model.
+        bucket: dict[str, torch.Tensor] = {}
+        size = 0
+        async for name, tensor in _each(weights):
+            if not self.sends_weights:
+                continue
+            bucket[name] = tensor.detach().to("cpu", copy=True)
+            size += bucket[name].numel() * bucket[name].element_size()
+            if size >= WEIGHT_BUCKET_BYTES:
+                await self._server_handle().update_weights.remote(bucket, last=False)
+                bucket, size = {}, 0
         if self.sends_weights:
             server = self._server_handle()
-            await server.update_weights.remote(state)
+            await server.update_weights.remote(bucket, last=True)
             await server.set_global_steps.remote(global_steps)
 
     async def resume(self, tags: list[str]) -> None:
@@ -170,6 +178,15 @@ class SealCpuRollout(BaseRollout):
 
     async def release(self) -> None:
         pass
+
+
+async def _each(weights: Iterable | AsyncIterator) -> AsyncIterator:
+    if hasattr(weights, "__aiter__"):
+        async for item in weights:
+            yield item
+    else:
+        for item in weights:
+            yield item
 
 
 def register() -> None:

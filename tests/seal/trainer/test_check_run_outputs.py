@@ -83,6 +83,18 @@ def test_checker_on_a_resumed_local_run(tmp_path, make_trainer, capsys):
     assert damaged("verl_files", lambda d: None, ARGS[:-1] + ["verl"]) == {
         "checkpoint step 1", "checkpoint step 2", "checkpoint step 3"}
 
+    # The resume point is the run's own record, not the flag: without --resumed-from the check
+    # still runs (from the step the trainer wrote), a flag that disagrees with the run fails, and
+    # a run that never resumed has no resume to check.
+    assert json.loads((run / "resumes.jsonl").read_text().splitlines()[-1])["resumed_from"] == 2
+    unflagged = [a for i, a in enumerate(ARGS) if "--resumed-from" not in ARGS[max(0, i - 1):i + 1]]
+    rc, status, _ = _check(run, capsys, unflagged)
+    assert rc == 0 and status["diagnosis state carried across the resume"] == "PASS"
+    other_step = [a if a != "2" or ARGS[i - 1] != "--resumed-from" else "1" for i, a in enumerate(ARGS)]
+    assert damaged("flag_disagrees", lambda d: None, other_step) == {"diagnosis state carried across the resume"}
+    assert damaged("never_resumed", lambda d: (d / "resumes.jsonl").unlink()) == {
+        "diagnosis state carried across the resume"}
+
 
 def test_checker_on_a_missing_folder(tmp_path, capsys):
     assert check_run_outputs.main([str(tmp_path / "none"), *ARGS]) == 1
