@@ -158,14 +158,42 @@ def test_row_passes_verls_config_validation(composed, row):
     from verl.utils.config import validate_config
 
     cfg = composed[row]
-    assert cfg.trainer.backend == "verl" and cfg.trainer.use_v1 is False
+    # verl's V1 trainer in its sync mode: the loop SealPPOTrainer extends.
+    assert cfg.trainer.backend == "verl" and cfg.trainer.use_v1 is True and cfg.trainer.v1.trainer_mode == "sync"
     assert cfg.actor_rollout_ref.rollout.agent.default_agent_loop == "seal"
     validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
     assert need_reference_policy(cfg) and not need_critic(cfg)
 
 
+@pytest.mark.parametrize(("override", "fix"), [
+    ("trainer.use_v1=false", "set trainer.use_v1=true"),
+    ("trainer.v1.trainer_mode=colocate_async", "set trainer.v1.trainer_mode=sync"),
+])
+def test_the_verl_backend_refuses_the_legacy_and_async_trainers(override, fix):
+    """verl's legacy trainer is gone from the backend, and its async V1 modes train on episodes of
+    older policies: each is one ConfigError line, from the config pass and again where the
+    trainer starts."""
+    pytest.importorskip("verl")
+    from seal.config import ConfigError
+    from seal.trainer.verl.trainer import check_verl_config
+
+    with pytest.raises(ConfigError, match=fix) as composed:
+        compose_config("exp/SEAL.yaml", [override])  # the config pass
+    with pytest.raises(ConfigError, match=fix) as started:
+        check_verl_config(compose_config("exp/SEAL.yaml", [override], check=False))
+    for error in (composed.value, started.value):
+        assert "\n" not in str(error) and override in str(error)
+    check_verl_config(compose_config("exp/SEAL.yaml", ["trainer.v1.trainer_mode=sync"]))  # the recipe's own
+
+
+# Keys exp/SEAL.yaml states although verl's defaults agree: the trainer the SEAL backend requires
+# (seal.config_values.check_verl_backend refuses any other), pinned against a change of verl's defaults.
+REQUIRED_VERL_KEYS = {"trainer.use_v1", "trainer.v1.trainer_mode"}
+
+
 def test_seal_yaml_writes_only_deltas_on_verls_defaults():
-    """A key set in exp/SEAL.yaml to the value verl's ppo_trainer already has is noise."""
+    """A key set in exp/SEAL.yaml to the value verl's ppo_trainer already has is noise (but for
+    the required trainer, :data:`REQUIRED_VERL_KEYS`)."""
     pytest.importorskip("verl")
     import verl.trainer.config as verl_config
     from hydra import compose, initialize_config_dir
@@ -175,4 +203,4 @@ def test_seal_yaml_writes_only_deltas_on_verls_defaults():
     own = _leaves(OmegaConf.load(EXP_DIR / "SEAL.yaml"))
     same = [k for k, v in own.items() if k != "defaults" and not k.startswith(("seal.", "env_service."))
             and OmegaConf.select(verl_default, k, default="<absent>") == v]
-    assert same == []
+    assert [k for k in same if k not in REQUIRED_VERL_KEYS] == []

@@ -47,9 +47,18 @@ def test_local_trainer_calls_after_step_each_step(tmp_path, make_trainer, monkey
     assert calls == [(0, 1, False, False), (0, 2, True, False), (1, 3, False, True)]
 
 
-def test_verl_trainer_calls_after_step_the_same_way(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def transfer_queue():
+    """The TransferQueue verl's V1 trainer keeps each step's batch in (a small local Ray)."""
     pytest.importorskip("verl")
-    from verl_testkit import make_batch, make_trainer
+    from verl_testkit import transfer_queue_running
+
+    with transfer_queue_running():
+        yield
+
+
+def test_verl_trainer_calls_after_step_the_same_way(tmp_path, monkeypatch, transfer_queue):
+    from verl_testkit import make_step, make_trainer, run_step
 
     from seal.config import compose_config
 
@@ -57,5 +66,5 @@ def test_verl_trainer_calls_after_step_the_same_way(tmp_path, monkeypatch):
     calls = _spy(monkeypatch)
     for step in (1, 2, 3):
         trainer = make_trainer(seal_cfg, tmp_path / f"s{step}", step=step, steps_per_epoch=2, total_steps=3)
-        trainer.seal_step(make_batch())
+        run_step(trainer, make_step())  # verl's V1 step; the SEAL step in its actor-update seam
     assert calls == [(0, 1, False, False), (0, 2, True, False), (1, 3, False, True)]

@@ -42,28 +42,41 @@ def test_a_faulted_record_is_always_excluded():
         select_trainable([True], ["a", "b"], n=2)
 
 
-def test_both_backends_give_the_same_advantages_on_the_same_batch():
-    """The verl path (the step rules on verl's DataProto, then verl's ``compute_advantage`` with
-    the SEAL estimator) and the local path (GRPO over the kept episodes) agree row for row, lone
-    survivor included."""
+@pytest.fixture(scope="module")
+def transfer_queue():
+    """The TransferQueue verl's V1 trainer keeps each step's batch in (a small local Ray)."""
     pytest.importorskip("verl")
-    from verl_testkit import N_ROLLOUTS, make_batch
+    from verl_testkit import transfer_queue_running
 
+    with transfer_queue_running():
+        yield
+
+
+def test_both_backends_give_the_same_advantages_on_the_same_batch(tmp_path, transfer_queue):
+    """The verl path (verl's V1 step: the step rules in its batch balancing, then its
+    ``_compute_advantage`` with the SEAL estimator, over TransferQueue) and the local path (GRPO
+    over the kept episodes) agree row for row, lone survivor included."""
+    from verl_testkit import make_step, make_trainer, padded, read_rows, run_to_advantages
+
+    from seal.config import compose_config
     from seal.trainer.local.update import Batch, grpo_advantages_verl
-    from seal.trainer.verl.batch import select_rows
 
     faults = {0: "env_fault", 1: "llm_fault", 2: "excluded", 6: "env_fault"}  # row 3: lone survivor
-    batch = make_batch(faults)
-    _, sel = select_rows(batch, n=N_ROLLOUTS)
-    assert sel.lone_survivors == 1 and not sel.trainable[3]
-    verl_adv = batch.batch["advantages"]
+    batch = make_step(faults)
+    put = read_rows(batch.keys, "rm_scores", "response_mask", "uid")  # as the agent loop put them
+    trainer = make_trainer(compose_config("exp/SEAL.yaml"), tmp_path)
+    run_to_advantages(trainer, batch)
+    sel = trainer._step.aligned_to(batch.keys).selection
+    assert sel.lone_survivors == 1 and not sel.trainable[3] and bool(put["response_mask"][3].any())
+    after = read_rows(batch.keys, "advantages", "response_mask")
+    verl_adv = padded(after["advantages"])
 
     keep = torch.tensor(sel.trainable)
-    mask = batch.batch["response_mask"][keep].float()
-    rewards = batch.batch["token_level_scores"][keep].sum(-1)
-    uids = [u for u, k in zip(batch.non_tensor_batch["uid"], sel.trainable) if k]
+    mask = padded(put["response_mask"])[keep].float()
+    rewards = padded(put["rm_scores"])[keep].sum(-1)
+    uids = [u for u, k in zip(put["uid"], sel.trainable) if k]
     local_adv = grpo_advantages_verl(Batch([None] * len(uids), mask, rewards, uids), norm_by_std=True)
 
     assert torch.equal(verl_adv[keep], local_adv)  # bit-identical, not merely close
-    assert not bool(verl_adv[~keep].any()) and not bool(batch.batch["response_mask"][~keep].any())
+    assert not bool(verl_adv[~keep].any()) and not bool(padded(after["response_mask"])[~keep].any())
     assert bool(local_adv.any())  # a non-trivial comparison

@@ -1,4 +1,5 @@
-"""Fixtures of the verl-backend tests: the composed experiment configs, verl on the CPU platform."""
+"""Fixtures of the verl-backend tests: the composed experiment configs, verl on the CPU platform,
+and the TransferQueue that verl's V1 trainer keeps each step's batch in."""
 
 from __future__ import annotations
 
@@ -25,4 +26,16 @@ def cpu_verl() -> Iterator[None]:
     from seal.trainer.verl.cpu import in_process
 
     with in_process():
+        yield
+
+
+@pytest.fixture(scope="module")
+def transfer_queue() -> Iterator[None]:
+    """A small local Ray and TransferQueue with one storage unit, for one test module
+    (:func:`verl_testkit.transfer_queue_running`: one Ray at a time across pytest-xdist workers).
+    Per module, not per session: no Ray of these tests outlives the module that needs it, so a
+    later module's code that starts or stops Ray itself (``run_verl`` does both) meets none."""
+    from verl_testkit import transfer_queue_running
+
+    with transfer_queue_running():
         yield

@@ -7,22 +7,25 @@ tags, one of them an environment fault. Both backends take them through their ow
 
 * local: :meth:`LocalTrainer.train_step` with an episode runner that replays them (the step
   rules, GRPO, A-Patch, then ``policy_update``: PPO clip + low_var_kl, AdamW, grad clip);
-* verl: ``fit()``'s order without Ray: :meth:`SealRayPPOTrainer._compute_old_log_prob` (the step
-  rules, then the old log-probs from verl's worker), the reference log-probs, verl's
-  ``compute_advantage`` with the SEAL estimator, :meth:`SealRayPPOTrainer._update_actor` (A-Patch,
-  then verl's ``ActorRolloutRefWorker`` in this process: FSDP2 engine, ``ppo_loss``, AdamW).
+* verl: the episodes in TransferQueue as verl's agent-loop post-processing puts them, then verl's
+  own V1 ``_step_once`` without Ray: :meth:`SealPPOTrainer._balance_batch` (verl's balance, then
+  the step rules), the old log-probs from verl's worker, the reference log-probs, verl's
+  ``_compute_advantage`` with the SEAL estimator, :meth:`SealPPOTrainer._update_actor` (A-Patch,
+  then verl's ``ActorRolloutRefWorker`` in this process: FSDP2 engine, ``ppo_loss``, AdamW). The
+  worker is handed each ``KVBatchMeta`` as its Ray worker group hands it, through verl's
+  TransferQueue bridge, which reads the rows from TransferQueue and writes the log-probs back.
 
 Both are configured from one composed config (exp/SEAL.yaml with test sizes; the verl side as
 the backend prepares it for a CPU: fp32, sdpa, no padding removal). The step is one mini-batch,
 one optimizer step, one sequence per micro-batch on both sides. The policy starts off its
 reference (a perturbed copy): at the reference the low_var_kl gradient is zero, so the KL
 coefficient would not show. verl is given the reference log-probs the local trainer computes for
-itself (the same function on the same weights). verl's ``balance_batch`` reordering is left out:
-within one mini-batch it only changes the order of a sum.
+itself (the same function on the same weights), by a stand-in reference worker group. verl's
+balance may reorder the rows: within one mini-batch it only changes the order of a sum.
 
 Checked: the optimizer (AdamW's settings, the gradient clip); the advantages bit for bit;
 ``actor/pg_loss``, ``actor/kl_loss``, ``actor/loss`` and ``actor/grad_norm`` as each backend reports
-them (verl's reduced as ``fit()`` reduces them); the post-update log-probs of a held-out response
+them (verl's reduced as its ``_update_actor`` reduces them); the post-update log-probs of a held-out response
 (one not in the batch). They agree on the recipe and with its loss aggregation or KL coefficient
 changed on both sides; the comparison must fail when only one side's is changed.
 """
@@ -40,12 +43,12 @@ from typing import Any
 import pytest
 import torch
 from omegaconf import DictConfig, OmegaConf
-from verl_actor import (VOCAB, actor_worker, hf_response_logprobs, load_tiny_llama, model_overrides, object_column,
-                        padded_batch, save_tiny_llama, worker_config)
-from verl_testkit import episode_fields, make_trainer
+from verl_actor import (VOCAB, actor_worker, hf_response_logprobs, load_tiny_llama, model_overrides, put_group,
+                        save_tiny_llama, verl_logprobs, worker_config)
+from verl_testkit import agent_extra_fields, episode_fields, make_trainer, padded, put_outputs, read_rows, run_step
 
 from seal.config import compose_config
-from seal.episode import FIELD_NAMES, EpisodeResult
+from seal.episode import EpisodeResult
 from seal_shared.types import FailureTag
 
 pytest.importorskip("verl")
@@ -203,76 +206,69 @@ def local_step(cfg: DictConfig, models: Path, episodes: Episodes, exp_dir: Path,
     return UpdateResult(seen["advantages"], metrics, held_out, seen["optimizer"])
 
 
-def verl_step_batch(episodes: Episodes) -> Any:
-    """The recorded episodes as ``fit()`` holds them after the rollout and the reward: padded
-    token tensors, the record columns, the group id, the reward on each last response token."""
-    from verl import DataProto
+def put_episodes(episodes: Episodes) -> Any:
+    """The recorded episodes in TransferQueue as verl's agent loop puts them (one GRPO group):
+    the record in ``extra_fields``, the reward on each last response token, the sampler's
+    log-probs (placeholders: verl reads them for its rollout-correction metrics only)."""
+    import uuid
 
-    outs = episodes.outputs
-    tensors = padded_batch([o.prompt_ids for o in outs], [o.response_ids for o in outs],
-                           [o.response_mask for o in outs])
-    scores = torch.zeros(tensors["response_mask"].shape)
-    for i, o in enumerate(outs):
-        scores[i, len(o.response_ids) - 1] = EpisodeResult.from_fields(o.extra_fields).reward
-    return DataProto.from_single_dict(
-        {**tensors, "token_level_scores": scores, "uid": object_column(["g0"] * len(outs)),
-         **{name: object_column([o.extra_fields[name] for o in outs]) for name in FIELD_NAMES}},
-        meta_info={"temperature": 1.0, "global_token_num": tensors["attention_mask"].sum(dim=1).tolist()})
-
-
-def reference_logprobs(models: Path, episodes: Episodes, width: int) -> torch.Tensor:
-    """``(B, width)`` log-probs of the episodes' responses under the reference, zero-padded:
-    the local trainer's function on the unpadded sequences, as its own update computes them."""
-    outs = episodes.outputs
-    out = torch.zeros(len(outs), width)
-    logprobs = hf_response_logprobs(load_tiny_llama(models / "reference"), [o.prompt_ids for o in outs],
-                                    [o.response_ids for o in outs])
-    for i, lp in enumerate(logprobs):
-        out[i, : len(lp)] = lp
-    return out
+    uid = uuid.uuid4().hex
+    outs = [(o.model_copy(update={
+        "reward_score": EpisodeResult.from_fields(o.extra_fields).reward,
+        "response_logprobs": [-0.5 if m else 0.0 for m in o.response_mask],
+        "extra_fields": agent_extra_fields(o.extra_fields, 1)}),
+        {"uid": uid, "task_id": TASK, "index": TASK, "data_source": TASK.rsplit("_", 1)[0], "rollout_mode": "sample"})
+        for o in episodes.outputs]
+    return put_outputs(outs, step=1)
 
 
-def verl_logprobs(trainer: Any, prompt: list[int], response: list[int]) -> torch.Tensor:
-    """``(R,)`` log-probs of one response from verl's worker: verl's own log-prob pass
-    (``RayPPOTrainer._compute_old_log_prob``; SEAL's override only adds the step rules)."""
-    from verl import DataProto
-    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+class ReferenceWorkers:
+    """The reference worker group: each episode's reference log-probs as the local trainer
+    computes them for itself (the same function on the same weights), written where verl's worker
+    writes them: ``log_probs`` over the whole sequence, each response token's at the position
+    that predicts it."""
 
-    tensors = padded_batch([prompt], [response], [[1] * len(response)])
-    batch = DataProto.from_single_dict(tensors, meta_info={
-        "temperature": 1.0, "global_token_num": tensors["attention_mask"].sum(dim=1).tolist()})
-    return RayPPOTrainer._compute_old_log_prob(trainer, batch)[0].batch["old_log_probs"][0, : len(response)]
+    def __init__(self, models: Path, episodes: Episodes) -> None:
+        outs = episodes.outputs
+        logprobs = hf_response_logprobs(load_tiny_llama(models / "reference"), [o.prompt_ids for o in outs],
+                                        [o.response_ids for o in outs])
+        self.by_response = {tuple(o.response_ids): lp for o, lp in zip(outs, logprobs)}
+
+    def compute_ref_log_prob(self, batch: Any) -> Any:
+        from verl_actor import put_fields
+
+        rows = read_rows(batch.keys, "prompts", "responses", partition=batch.partition_id)
+        values = []
+        for prompt, response in zip(rows["prompts"], rows["responses"]):
+            full = torch.zeros(len(prompt) + len(response))
+            full[len(prompt) - 1: len(prompt) - 1 + len(response)] = self.by_response[tuple(response.tolist())]
+            values.append(full)
+        put_fields(batch, log_probs=values)
+        return batch
 
 
 def verl_step(cfg: DictConfig, models: Path, episodes: Episodes, root: Path) -> UpdateResult:
     """The verl backend's first training step on the same episodes, verl's worker in-process."""
-    from verl.trainer.ppo.ray_trainer import compute_advantage
-    from verl.utils.metric import reduce_metrics
-
     config = worker_config(cfg, root)
-    trainer = make_trainer(config, root / "exp", step=1)
+    trainer = make_trainer(config, root / "exp", step=1, rollout_n=None)
     trainer.actor_rollout_wg = worker = actor_worker(config)
+    trainer.ref_policy_wg = ReferenceWorkers(models, episodes)
     engine = worker.actor.engine
     optimizer = optimizer_settings(engine.optimizer, engine.optimizer_config.clip_grad)
-    batch = verl_step_batch(episodes)
-    old_log_probs, _ = trainer._compute_old_log_prob(batch)  # the step rules run first
-    batch = batch.union(old_log_probs)
-    batch.batch["ref_log_prob"] = reference_logprobs(models, episodes, batch.batch["responses"].shape[1])
-    batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
-    algorithm = trainer.config.algorithm
-    batch = compute_advantage(batch, adv_estimator=algorithm.adv_estimator, gamma=algorithm.gamma,
-                              lam=algorithm.lam, num_repeat=trainer.config.actor_rollout_ref.rollout.n,
-                              norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo, config=algorithm)
-    metrics = reduce_metrics(dict(trainer._update_actor(batch).meta_info["metrics"]))  # as fit() does
+    batch = put_episodes(episodes)
+    _, metrics = run_step(trainer, batch)  # verl's _step_once: the SEAL seams and verl's own code
     assert metrics["seal/excluded_episodes"] == 1.0
 
-    # The trained rows' advantages after A-Patch (applied in place), cut to the local width.
-    kept = batch.batch["response_mask"].any(dim=1)
-    width = max(len(o.response_ids) for o, k in zip(episodes.outputs, kept.tolist()) if k)
-    advantages = batch.batch["advantages"]
-    assert not advantages[kept, width:].any() and not advantages[~kept].any()
-    held_out = verl_logprobs(trainer, episodes.held_out_prompt, episodes.held_out_response)
-    return UpdateResult(advantages[kept, :width], metrics, held_out, optimizer)
+    # The trained rows' advantages after A-Patch (as the update read them), cut to the local width.
+    rows = read_rows(batch.keys, "advantages", "response_mask")
+    kept = [bool(m.any()) for m in rows["response_mask"]]
+    assert not any(a.any() for a, k in zip(rows["advantages"], kept) if not k)
+    width = max(len(o.response_ids) for o, k in zip(episodes.outputs, kept) if k)
+    advantages = padded([a for a, k in zip(rows["advantages"], kept) if k], width)
+    held = put_group(episodes.held_out_prompt, [episodes.held_out_response], [[1] * len(episodes.held_out_response)],
+                     [episode_fields(TASK, 0.0, [])])
+    [held_out] = verl_logprobs(trainer, held)
+    return UpdateResult(advantages, metrics, held_out, optimizer)
 
 
 # ---------------------------------------------------------------------------------- fixtures
@@ -323,7 +319,7 @@ def changed(cfg: DictConfig, change: str | None) -> DictConfig:
 
 
 @pytest.fixture(scope="module")
-def step(recipe: DictConfig, models: Path, episodes: Episodes, cpu_verl: None, tokenizer: Any,
+def step(recipe: DictConfig, models: Path, episodes: Episodes, cpu_verl: None, transfer_queue: None, tokenizer: Any,
          tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, str | None], UpdateResult]:
     """``step(side, change)``: that backend's step on the recipe with ``change`` applied, run
     once per module (a change on both sides is another setting of the same algorithm; on one

@@ -1,7 +1,7 @@
-"""Best-validation-step checkpoints on the verl backend: ``SealRayPPOTrainer._validate`` after
-verl's validation pass, verl's own ``_save_checkpoint`` / ``_load_checkpoint`` on a stand-in
-worker group. verl's validation pass (vLLM rollouts) is replaced by scripted scores in verl's
-metric names (``val-core/<category>/reward/mean@1``), as ``fit()`` would receive them."""
+"""Best-validation-step checkpoints on the verl backend: ``SealPPOTrainer._validate`` after
+verl's validation pass, verl's own V1 ``_save_checkpoint`` / ``_load_checkpoint`` on a stand-in
+worker group. verl's validation pass (rollouts through TransferQueue) is replaced by scripted
+scores in verl's metric names (``val-core/<category>/reward/mean@1``), as ``fit()`` would receive them."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from verl_testkit import make_trainer
 pytest.importorskip("verl")
 
 from omegaconf import OmegaConf  # noqa: E402
-from verl.trainer.ppo.ray_trainer import RayPPOTrainer  # noqa: E402
+from verl.trainer.ppo.v1.trainer_base import PPOTrainer  # noqa: E402
 
 from seal.config import ConfigError  # noqa: E402
 
@@ -32,12 +32,12 @@ def scripted_validation(monkeypatch):
     """verl's ``_validate`` returns the next scores: (multi_turn_base, multi_turn_miss_func)."""
     scores: list[tuple[float, float]] = []
 
-    def validate(self, merged=False):
+    def validate(self):
         base, miss = scores.pop(0)
         return {"val-core/multi_turn_miss_func/reward/mean@1": miss, "val-core/multi_turn_base/reward/mean@1": base,
                 "val-aux/multi_turn_base/reward/std@1": 0.0, "val-aux/num_turns/mean": 3.0}
 
-    monkeypatch.setattr(RayPPOTrainer, "_validate", validate)
+    monkeypatch.setattr(PPOTrainer, "_validate", validate)
     return scores
 
 

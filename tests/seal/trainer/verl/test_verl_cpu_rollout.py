@@ -1,7 +1,8 @@
 """The ``seal_cpu`` rollout samples from the updated policy after verl's weight sync.
 
 verl's own hybrid worker (``ActorRolloutRefWorker``, role ``actor_rollout``) runs in this process on
-the project's CPU platform with the ``seal_cpu`` rollout: one actor update, then verl's
+the project's CPU platform with the ``seal_cpu`` rollout: one actor update through verl's V1 step
+methods (the worker handed each ``KVBatchMeta`` through verl's TransferQueue bridge), then verl's
 ``update_weights`` (naive mode, as the trainer's checkpoint manager calls it after every step)
 drains the actor's full tensors into :class:`SealCpuRollout`, which loads them into the
 :class:`SealCpuServer`. The server's greedy log-probs must change, and must equal the updated
@@ -16,7 +17,9 @@ from typing import Any
 
 import pytest
 import torch
-from test_verl_update_direction import PROMPT_PAD, multi_turn_group, recipe  # noqa: F401 (fixture)
+from test_verl_update_direction import RESPONSE_MASK, multi_turn_group, put_multi_turn_group, recipe  # noqa: F401
+from verl_actor import actor_worker, put_fields, put_group, verl_logprobs
+from verl_testkit import episode_fields, make_trainer
 
 pytest.importorskip("verl")
 
@@ -64,40 +67,37 @@ def _greedy(server: cpu_rollout.SealCpuServer, prompt: list[int], n: int) -> tup
     return out.token_ids, torch.tensor(out.log_probs)
 
 
+@pytest.mark.usefixtures("transfer_queue")
 @pytest.mark.parametrize("cut", [False, True], ids=["weights_sent", "weights_dropped"])
 def test_the_rollout_samples_from_the_updated_actor(cpu_verl_rollout: Any, cut: bool, tmp_path: Any,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    from verl.workers.engine_workers import ActorRolloutRefWorker
-    from verl_testkit import make_trainer
-
     config = cpu_verl_rollout
-    worker = ActorRolloutRefWorker(config=config.actor_rollout_ref, role="actor_rollout")
-    worker.init_model()
+    worker = actor_worker(config, role="actor_rollout")
     assert isinstance(worker.rollout, cpu_rollout.SealCpuRollout)
     server = cpu_rollout.SealCpuServer(config.actor_rollout_ref.model.path, max_batch_size=2, seed=0)
     worker.rollout._server = _LocalHandle(server)
     if cut:
         original = cpu_rollout.SealCpuServer.update_weights
         monkeypatch.setattr(cpu_rollout.SealCpuServer, "update_weights",
-                            lambda self, named: original(self, {}))
+                            lambda self, named, **kwargs: original(self, {}, **kwargs))
 
-    trainer = make_trainer(config, tmp_path, step=1)
+    trainer = make_trainer(config, tmp_path, step=1, rollout_n=None)
     trainer.actor_rollout_wg = worker
-    batch = multi_turn_group()
-    prompt = batch.batch["prompts"][0, PROMPT_PAD:].tolist()
+    prompt, _ = multi_turn_group()
     tokens_before, logprobs_before = _greedy(server, prompt, 4)
 
-    old, _ = trainer._compute_old_log_prob(batch)
-    batch = batch.union(old)
-    batch.batch["ref_log_prob"] = batch.batch["old_log_probs"].clone()
-    trainer._update_actor(batch)
+    metrics: dict = {}
+    batch = trainer._balance_batch(put_multi_turn_group(step=1), metrics)
+    old = verl_logprobs(trainer, batch)
+    signs = [1.0 if k.split("_")[1] == "0" else -1.0 for k in batch.keys]  # +1 on the passing response
+    put_fields(batch, ref_log_prob=old, advantages=[torch.full((len(RESPONSE_MASK),), s) for s in signs])
+    trainer._update_actor(batch, metrics)
+    assert "actor/pg_loss" in metrics
     asyncio.run(worker.update_weights(global_steps=1, mode="naive"))
 
     tokens_after, logprobs_after = _greedy(server, prompt, 4)
-    probe = multi_turn_group()
-    probe.batch["responses"][:, :len(tokens_after)] = torch.tensor(tokens_after)
-    probe.batch["input_ids"] = torch.cat([probe.batch["prompts"], probe.batch["responses"]], dim=1)
-    actor = trainer._compute_old_log_prob(probe)[0].batch["old_log_probs"][0, :len(tokens_after)]
+    probe = put_group(prompt, [tokens_after], [[1] * len(tokens_after)], [episode_fields("multi_turn_base_3", 0.0, [])])
+    [actor] = verl_logprobs(trainer, probe)
 
     moved = tokens_before != tokens_after or not torch.allclose(logprobs_before, logprobs_after, atol=1e-5)
     matches_actor = torch.allclose(logprobs_after, actor, atol=1e-4, rtol=1e-4)

@@ -59,7 +59,9 @@ def test_run_verl_rejects_the_local_backend(tmp_path):
 
 
 @pytest.mark.parametrize(("override", "fragment"), [
-    ("trainer.use_v1=true", "trainer.use_v1=false"),
+    ("trainer.use_v1=false", "trainer.use_v1=false: .* set trainer.use_v1=true"),
+    ("trainer.v1.trainer_mode=colocate_async",
+     "trainer.v1.trainer_mode=colocate_async: .* set trainer.v1.trainer_mode=sync"),
     ("trainer.critic_warmup=2", "trainer.critic_warmup=0"),
 ])
 def test_run_verl_rejects_settings_that_skip_the_hook(tmp_path, override, fragment):
@@ -168,35 +170,81 @@ def test_task_dataset_follows_seal_tasks(seal_cfg):
         TaskDataset(["multi_turn_base_0"], rollout_mode="train")
 
 
-def _gen_batch(trainer, rows):
+class RecordingManager:
+    """verl's agent-loop manager: records each dispatched batch (its workers would put the
+    episodes into TransferQueue)."""
+
+    def __init__(self) -> None:
+        self.batches: list = []
+        self.agent_loop_workers = ["worker-0", "worker-1"]
+
+    def generate_sequences(self, batch) -> None:
+        self.batches.append(batch)
+
+
+def _dispatched(trainer, rows, *, validate=False):
+    """``rows`` as verl's V1 trainer dispatches them (training: ``_next_train_batch``; validation:
+    ``_validate``'s batch with its ``validate`` flag), through SEAL's dispatch; the batch the
+    manager received."""
     import numpy as np
-    from verl import DataProto
+    from omegaconf import open_dict
+    from verl.utils import tensordict_utils as tu
     from verl.utils.dataset.rl_dataset import collate_fn
 
-    batch = DataProto.from_single_dict(collate_fn(rows))
-    batch.non_tensor_batch["uid"] = np.array([f"u{i}" for i in range(len(rows))], dtype=object)
-    return batch, trainer._get_gen_batch(batch)
+    from seal.trainer.verl.trainer import EpisodeParamsDispatch
+
+    manager = RecordingManager()
+    if validate:
+        batch_dict = collate_fn(rows)
+        batch_dict["uid"] = np.array([f"u{i}" for i in range(len(rows))], dtype=object)
+        batch = tu.get_tensordict(batch_dict)
+        tu.assign_non_tensor_data(batch, "global_steps", trainer.global_steps)
+        tu.assign_non_tensor_data(batch, "validate", True)
+    else:
+        trainer.train_dataloader, trainer.train_dataloader_it = [collate_fn(rows)], None
+        with open_dict(trainer.config):
+            trainer.config.data.gen_batch_size = len(rows)
+        batch = trainer._next_train_batch(len(rows))
+    EpisodeParamsDispatch(manager, trainer).generate_sequences(batch)
+    (sent,) = manager.batches
+    return sent
 
 
-def test_generation_batch_carries_env_params_per_mode(seal_cfg, vanilla_cfg, tmp_path):
+def test_dispatched_rows_carry_env_params_per_mode(seal_cfg, vanilla_cfg, tmp_path):
     train = TaskDataset(["multi_turn_base_3", "multi_turn_long_context_9"], rollout_mode="sample")
     val = TaskDataset(["multi_turn_base_4"], rollout_mode="validate")
     trainer = make_trainer(seal_cfg, tmp_path, step=13, steps_per_epoch=12)
-    batch, gen = _gen_batch(trainer, [train[0], train[1]])
-    params = gen.non_tensor_batch["env_params"]
+    sent = _dispatched(trainer, [train[0], train[1]])
+    params = list(sent["env_params"])
     assert [p["rollout_mode"] for p in params] == ["sample", "sample"]
     assert params[0]["observation_lite"]["enable"] is True
-    assert [i["epoch"] for i in gen.non_tensor_batch["extra_info"]] == [1, 1]  # step 13 is in epoch 1
-    assert gen.non_tensor_batch["extra_info"][0] is batch.non_tensor_batch["extra_info"][0]
-    assert set(gen.non_tensor_batch) >= {"task_id", "rollout_mode", "agent_name", "raw_prompt", "env_params"}
-    assert "task_id" not in batch.non_tensor_batch  # popped for generation, as verl does
+    infos = list(sent["extra_info"])
+    assert [i["epoch"] for i in infos] == [1, 1]  # step 13 is in epoch 1
+    assert [i["index"] for i in infos] == ["multi_turn_base_3", "multi_turn_long_context_9"]
+    assert set(sent.keys()) >= {"task_id", "rollout_mode", "agent_name", "raw_prompt", "uid", "env_params"}
+    assert list(sent["task_id"]) == ["multi_turn_base_3", "multi_turn_long_context_9"]
 
-    _, gen = _gen_batch(trainer, [val[0]])
-    assert gen.non_tensor_batch["env_params"][0]["rollout_mode"] == "validate"
-    assert "epoch" not in gen.non_tensor_batch["extra_info"][0]
+    sent = _dispatched(trainer, [val[0]], validate=True)
+    assert list(sent["env_params"])[0]["rollout_mode"] == "validate"
+    assert "epoch" not in list(sent["extra_info"])[0]
 
-    _, gen = _gen_batch(make_trainer(vanilla_cfg, tmp_path / "v"), [train[0]])
-    assert gen.non_tensor_batch["env_params"][0]["observation_lite"]["enable"] is False
+    sent = _dispatched(make_trainer(vanilla_cfg, tmp_path / "v"), [train[0]])
+    assert list(sent["env_params"])[0]["observation_lite"]["enable"] is False
+
+
+def test_fit_hands_verl_the_dispatch(seal_cfg, tmp_path, monkeypatch):
+    """``SealPPOTrainer.fit`` runs verl's ``fit`` on the manager wrapped by the dispatch that adds
+    the env params; the manager's other attributes stay reachable."""
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    from seal.trainer.verl.trainer import EpisodeParamsDispatch
+
+    seen = []
+    monkeypatch.setattr(PPOTrainer, "fit", lambda self, manager: seen.append(manager))
+    manager = RecordingManager()
+    make_trainer(seal_cfg, tmp_path).fit(manager)
+    (dispatch,) = seen
+    assert isinstance(dispatch, EpisodeParamsDispatch) and dispatch.agent_loop_workers is manager.agent_loop_workers
 
 
 RESOLVE_AGENT_LOOP = """
@@ -288,28 +336,98 @@ def test_validation_log_falls_back_to_verls_dump(seal_cfg, tmp_path):
 
 
 def test_trainer_builds_as_verls_task_runner_builds_it(tmp_path):
-    """verl's TaskRunner steps up to a constructed trainer (no Ray workers are started)."""
+    """``build_trainer`` constructs the trainer as verl's ``TaskRunnerV1`` does; then the first
+    steps of verl's ``init()`` (tokenizer, dataloaders, worker roles and pools) run on it, up to
+    where Ray workers would start."""
     model = REPO_ROOT / "models" / "SmolLM2-135M-Instruct"
     if not (model / "config.json").is_file():
         pytest.skip("models/SmolLM2-135M-Instruct is missing; run install.sh")
-    from verl.trainer.main_ppo_v0 import BaseTaskRunner
-    from verl.trainer.ppo.ray_trainer import Role
+    from verl.trainer.ppo.utils import Role
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
     from seal.trainer.verl.main import build_trainer
-    from seal.trainer.verl.trainer import SealRayPPOTrainer
+    from seal.trainer.verl.trainer import SealPPOTrainer
 
     cfg = prepare_config(compose_config("exp/SEAL.yaml", [f"actor_rollout_ref.model.path={model}",
                                                           "env_service.url=null"]),
                          base=tmp_path, exp_dir=tmp_path / "exp")
-    trainer = build_trainer(BaseTaskRunner(), cfg, tmp_path / "exp")
-    try:
-        assert isinstance(trainer, SealRayPPOTrainer)
-        assert len(trainer.train_dataloader) == 12 and trainer.total_training_steps == 72
-        assert len(trainer.val_dataloader) == 1 and len(trainer.val_dataset) == 400
-        assert Role.ActorRolloutRef in trainer.role_worker_mapping  # KL loss needs the reference policy
-        assert trainer.resource_pool_manager.resource_pool_spec == {"global_pool": [4]}
-        assert trainer.coevolution.state_dir == tmp_path / "exp" / "diagnostic_state"
-        first = next(iter(trainer.train_dataloader))
-        assert len(first["task_id"]) == 32 and set(first["rollout_mode"]) == {"sample"}
-    finally:
-        trainer._shutdown_dump_executor()
+    trainer = build_trainer(cfg, tmp_path / "exp")
+    assert isinstance(trainer, SealPPOTrainer)
+    assert trainer.config.algorithm.adv_estimator == "seal_grpo" and trainer.trainer_mode == "sync"
+    assert type(trainer.replay_buffer) is ReplayBuffer  # the sync sampler
+    assert trainer.coevolution.state_dir == tmp_path / "exp" / "diagnostic_state"
+    trainer._init_tokenizer()
+    trainer._init_dataloader()
+    trainer._init_resource_pool_mgr()
+    assert len(trainer.train_dataloader) == 12 and trainer.total_training_steps == 72
+    assert trainer.config.actor_rollout_ref.actor.optim.total_training_steps == 72
+    assert len(trainer.val_dataloader) == 1 and len(trainer.val_dataset) == 400
+    assert Role.ActorRolloutRef in trainer.role_worker_mapping  # KL loss needs the reference policy
+    assert trainer.resource_pool_manager.resource_pool_spec == {"global_pool": [4]}
+    first = next(iter(trainer.train_dataloader))
+    assert len(first["task_id"]) == 32 and set(first["rollout_mode"]) == {"sample"}
+
+
+class _Tracking:
+    def __init__(self, calls: list) -> None:
+        self.calls = calls
+
+    def finish(self, exit_code: int) -> None:
+        self.calls.append(("finish", exit_code))
+
+
+class _Trainer:
+    """What the task runner calls on the trainer it builds."""
+
+    def __init__(self, calls: list, fail: bool) -> None:
+        self.calls, self.fail, self.logger = calls, fail, _Tracking(calls)
+
+    def init(self) -> None:
+        self.calls.append("init")
+
+    def get_llm_client(self) -> str:
+        return "llm-client"
+
+    def get_teacher_client(self) -> None:
+        return None
+
+    def get_reward_handles(self) -> list[str]:
+        return ["reward-loop"]
+
+    def fit(self, manager: object) -> None:
+        self.calls.append(("fit", manager))
+        if self.fail:
+            raise RuntimeError("a worker died")
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["done", "fit_raises"])
+def test_the_task_runner_runs_verls_v1_sequence(seal_cfg, tmp_path, monkeypatch, fail):
+    """``SealTaskRunner.run`` (a Ray actor's method, called here in this process): TransferQueue up,
+    the trainer built and initialised, verl's ``AgentLoopManagerTQ`` on the trainer's clients,
+    ``fit``, the tracker finished with the outcome and TransferQueue closed, whatever happened."""
+    import copy
+
+    import transfer_queue as tq
+    from verl.trainer.ppo.v1 import AgentLoopManagerTQ
+
+    from seal.trainer.verl import main
+    from seal.trainer.verl.main import SealTaskRunner
+
+    calls: list = []
+    monkeypatch.setattr(tq, "init", lambda conf: calls.append(("tq.init", bool(conf.enable))))
+    monkeypatch.setattr(tq, "close", lambda: calls.append("tq.close"))
+    monkeypatch.setattr(main, "build_trainer", lambda config, exp_dir: calls.append(("build", exp_dir))
+                        or _Trainer(calls, fail))
+    monkeypatch.setattr(AgentLoopManagerTQ, "create", lambda **kw: calls.append(("create", kw)) or "manager")
+    runner = object.__new__(SealTaskRunner.__ray_metadata__.modified_class)
+    runner.__init__(str(tmp_path))
+    config = copy.deepcopy(seal_cfg)
+    if fail:
+        with pytest.raises(RuntimeError, match="a worker died"):
+            runner.run(config)
+    else:
+        runner.run(config)
+    assert calls[:3] == [("tq.init", True), ("build", tmp_path), "init"]
+    assert calls[3] == ("create", {"config": config, "llm_client": "llm-client", "teacher_client": None,
+                                   "reward_loop_worker_handles": ["reward-loop"]})
+    assert calls[4:] == [("fit", "manager"), ("finish", int(fail)), "tq.close"]

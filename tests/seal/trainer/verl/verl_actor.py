@@ -1,10 +1,14 @@
 """verl's own actor worker in this process, for the update tests: a tiny random Llama saved to
 disk (the worker loads its model from a path), the recipe as the verl backend hands it to the
-workers on a CPU, and ``fit()``-shaped batches built from episodes.
+workers on a CPU, and a step's episodes in TransferQueue as verl's V1 trainer holds them.
 
 The worker is verl 0.9.1's ``ActorRolloutRefWorker`` (``TrainingWorker`` -> the FSDP engine ->
 ``verl.workers.utils.losses.ppo_loss``), run on the project's CPU platform inside the
-``cpu_verl`` fixture (:func:`seal.trainer.verl.cpu.in_process`).
+``cpu_verl`` fixture (:func:`seal.trainer.verl.cpu.in_process`). verl's V1 trainer hands its
+methods a ``KVBatchMeta``: the worker's registered methods (``compute_log_prob``,
+``update_actor``) go through verl's TransferQueue bridge (``tqbridge``), which reads the rows from
+TransferQueue, runs the method on them and writes its per-row outputs back, in this process as in
+a Ray worker (the ``transfer_queue`` fixture).
 """
 
 from __future__ import annotations
@@ -13,7 +17,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from omegaconf import DictConfig
 
@@ -67,46 +70,63 @@ def worker_config(cfg: DictConfig, root: Path) -> DictConfig:
     return prepared
 
 
-def actor_worker(config: DictConfig, wrap_loss: Callable[[Callable], Callable] | None = None) -> Any:
-    """verl's ``ActorRolloutRefWorker`` (role ``actor``) on ``config``, model and optimizer
-    built; ``wrap_loss(ppo_loss_with_its_config)`` replaces its loss function when given."""
+def actor_worker(config: DictConfig, wrap_loss: Callable[[Callable], Callable] | None = None,
+                 role: str = "actor") -> Any:
+    """verl's ``ActorRolloutRefWorker`` (``role``) on ``config``, model and optimizer built;
+    ``wrap_loss(ppo_loss_with_its_config)`` replaces its loss function when given. As a worker
+    group it has one data-parallel rank (what verl's ``_balance_batch`` asks a group)."""
     from verl.workers.engine_workers import ActorRolloutRefWorker
 
-    worker = ActorRolloutRefWorker(config=config.actor_rollout_ref, role="actor")
+    worker = ActorRolloutRefWorker(config=config.actor_rollout_ref, role=role)
     worker.init_model()
     if wrap_loss is not None:
         worker.set_loss_fn(wrap_loss(worker.loss_fn))
+    worker._dispatch_info = {"actor": [0]}
     return worker
 
 
-def object_column(values: Sequence[Any]) -> np.ndarray:
-    out = np.empty(len(values), dtype=object)
-    out[:] = list(values)
-    return out
+def put_group(prompt: Sequence[int], responses: Sequence[Sequence[int]], masks: Sequence[Sequence[int]],
+              records: Sequence[dict[str, Any]], *, step: int = 1, task: str = "multi_turn_base_3") -> Any:
+    """One GRPO group of episodes (one prompt, its responses, their loss masks and SEAL records)
+    in TransferQueue, put by verl's agent-loop post-processing (:func:`verl_testkit.put_outputs`);
+    returns the ``KVBatchMeta``. The reward is each record's, on its last response token; the
+    sampler's log-probs (the recipe's ``rollout.calculate_log_probs``) are placeholders, -0.5 on
+    the model's tokens and 0 elsewhere, as the agent loop records them: verl reads them for its
+    rollout-correction and debug metrics only (no importance weights in the recipe)."""
+    import uuid
+
+    from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
+    from verl_testkit import agent_extra_fields, put_outputs
+
+    uid = uuid.uuid4().hex
+    episodes = [(AgentLoopOutput(prompt_ids=list(prompt), response_ids=list(r), response_mask=list(m),
+                                 response_logprobs=[-0.5 if x else 0.0 for x in m],
+                                 reward_score=float(rec["reward"]), num_turns=4, metrics=AgentLoopMetrics(),
+                                 extra_fields=agent_extra_fields(rec, step)),
+                 {"uid": uid, "task_id": task, "index": task, "data_source": task.rsplit("_", 1)[0],
+                  "rollout_mode": "sample"})
+                for r, m, rec in zip(responses, masks, records)]
+    return put_outputs(episodes, step=step)
 
 
-def padded_batch(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]],
-                 masks: Sequence[Sequence[int]], *, prompt_pad: int = 2, response_pad: int = 3
-                 ) -> dict[str, torch.Tensor]:
-    """The token tensors of a batch as verl's agent loop hands them to ``fit()``: prompts
-    left-padded, responses right-padded (``prompt_pad`` / ``response_pad`` past the longest),
-    the attention mask and position ids over both, and the loss mask (0 on padding)."""
-    width_p = max(map(len, prompts)) + prompt_pad
-    width_r = max(map(len, responses)) + response_pad
-    b = len(prompts)
-    out = {name: torch.zeros(b, width, dtype=torch.long) for name, width in
-           (("prompts", width_p), ("prompt_attention", width_p), ("responses", width_r),
-            ("response_attention", width_r), ("response_mask", width_r))}
-    for i, (p, r, m) in enumerate(zip(prompts, responses, masks)):
-        out["prompts"][i, width_p - len(p):] = torch.tensor(p)
-        out["prompt_attention"][i, width_p - len(p):] = 1
-        out["responses"][i, : len(r)] = torch.tensor(r)
-        out["response_attention"][i, : len(r)] = 1
-        out["response_mask"][i, : len(m)] = torch.tensor(m)
-    attention_mask = torch.cat([out.pop("prompt_attention"), out.pop("response_attention")], dim=1)
-    out.update(input_ids=torch.cat([out["prompts"], out["responses"]], dim=1), attention_mask=attention_mask,
-               position_ids=(attention_mask.cumsum(dim=1) - 1).clamp(min=0))
-    return out
+def put_fields(batch: Any, **fields: Sequence[torch.Tensor]) -> None:
+    """Write per-row tensors (one 1-D tensor per key of ``batch``, in its order) to TransferQueue."""
+    import transfer_queue as tq
+    from tensordict import TensorDict
+
+    nested = {k: torch.nested.as_nested_tensor([t.clone() for t in v], layout=torch.jagged) for k, v in fields.items()}
+    tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(nested, batch_size=len(batch)))
+
+
+def verl_logprobs(trainer: Any, batch: Any) -> list[torch.Tensor]:
+    """Each row's response log-probs from verl's own V1 log-prob pass
+    (``PPOTrainer._compute_old_log_prob``: the worker through its TransferQueue bridge; SEAL's
+    override only skips it when no episode is left to train on), in ``batch``'s key order."""
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+    from verl_testkit import read_rows
+
+    PPOTrainer._compute_old_log_prob(trainer, batch, {})
+    return read_rows(batch.keys, "old_log_probs", partition=batch.partition_id)["old_log_probs"]
 
 
 def hf_response_logprobs(model: torch.nn.Module, prompts: Sequence[Sequence[int]],
