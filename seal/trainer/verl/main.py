@@ -282,9 +282,15 @@ class SealTaskRunner:
         try:
             trainer = build_trainer(config, self.exp_dir)
             trainer.init()
-            manager = AgentLoopManagerTQ.create(config=config, llm_client=trainer.get_llm_client(),
-                                                teacher_client=trainer.get_teacher_client(),
-                                                reward_loop_worker_handles=trainer.get_reward_handles())
+            manager_cls = AgentLoopManagerTQ
+            fqn = OmegaConf.select(config, "actor_rollout_ref.rollout.agent.agent_loop_manager_class")
+            if fqn:  # as verl's runner: a user's manager, which puts its outputs into TransferQueue
+                from verl.utils.import_utils import load_class_from_fqn
+
+                manager_cls = load_class_from_fqn(fqn, "AgentLoopManager")
+            manager = manager_cls.create(config=config, llm_client=trainer.get_llm_client(),
+                                         teacher_client=trainer.get_teacher_client(),
+                                         reward_loop_worker_handles=trainer.get_reward_handles())
             trainer.fit(manager)
             succeeded = True
         finally:
