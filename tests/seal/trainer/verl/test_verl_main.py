@@ -431,3 +431,37 @@ def test_the_task_runner_runs_verls_v1_sequence(seal_cfg, tmp_path, monkeypatch,
     assert calls[3] == ("create", {"config": config, "llm_client": "llm-client", "teacher_client": None,
                                    "reward_loop_worker_handles": ["reward-loop"]})
     assert calls[4:] == [("fit", "manager"), ("finish", int(fail)), "tq.close"]
+
+
+class UserManager:
+    """A user's agent-loop manager (``actor_rollout_ref.rollout.agent.agent_loop_manager_class``)."""
+
+    created: list = []
+
+    @classmethod
+    def create(cls, **kwargs):
+        cls.created.append(kwargs)
+        return "user-manager"
+
+
+def test_the_task_runner_takes_a_users_agent_loop_manager(seal_cfg, tmp_path, monkeypatch):
+    """As verl's V1 runner does, a configured manager class replaces ``AgentLoopManagerTQ``."""
+    import copy
+
+    import transfer_queue as tq
+    from omegaconf import open_dict
+
+    from seal.trainer.verl import main
+    from seal.trainer.verl.main import SealTaskRunner
+
+    calls: list = []
+    monkeypatch.setattr(tq, "init", lambda conf: None)
+    monkeypatch.setattr(tq, "close", lambda: None)
+    monkeypatch.setattr(main, "build_trainer", lambda config, exp_dir: _Trainer(calls, False))
+    config = copy.deepcopy(seal_cfg)
+    with open_dict(config):
+        config.actor_rollout_ref.rollout.agent.agent_loop_manager_class = f"{__name__}.UserManager"
+    runner = object.__new__(SealTaskRunner.__ray_metadata__.modified_class)
+    runner.__init__(str(tmp_path))
+    runner.run(config)
+    assert ("fit", "user-manager") in calls and len(UserManager.created) == 1

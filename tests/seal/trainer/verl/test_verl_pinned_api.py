@@ -156,13 +156,15 @@ def test_task_runner_v1_run_is_what_seal_task_runner_mirrors():
     assert positions == sorted(positions)
     manager = _source(_actor_method(TaskRunnerV1, "init_agent_loop_manager"))
     assert "agent_loop_manager_cls = AgentLoopManagerTQ" in manager
+    assert '.get("agent_loop_manager_class")' in manager  # a user's manager class, honoured by both runners
     for arg in ("config=self.config", "llm_client=self.trainer.get_llm_client()",
                 "teacher_client=self.trainer.get_teacher_client()",
                 "reward_loop_worker_handles=self.trainer.get_reward_handles()"):
         assert arg in manager, arg
     seal_run = _source(_actor_method(SealTaskRunner, "run"))
     mirrored = [r"tq\.init\(config\.transfer_queue\)", r"trainer = build_trainer\(", r"trainer\.init\(\)",
-                r"AgentLoopManagerTQ\.create\(", r"trainer\.fit\(manager\)", r"tracking\.finish\(", r"tq\.close\(\)"]
+                r"manager_cls = AgentLoopManagerTQ", r"agent_loop_manager_class", r"manager_cls\.create\(",
+                r"trainer\.fit\(manager\)", r"tracking\.finish\(", r"tq\.close\(\)"]
     positions = [_position(seal_run, p) for p in mirrored]
     assert positions == sorted(positions)
     assert _params(AgentLoopManagerTQ.create) == ["args", "kwargs"]
