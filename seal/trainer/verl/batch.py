@@ -124,7 +124,7 @@ def zero_masks(batch: Any, step: StepEpisodes) -> int:
     return len(left_out)
 
 
-def nested_zeros_like(batch: Any, field: str = "response_mask") -> TensorDict:
+def nested_zeros_like(batch: Any, field: str = "response_mask") -> torch.Tensor:
     """Zeros shaped like each row's ``field`` (nested, float32), for log-prob fields that a
     skipped worker call would have written."""
     data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=[field])
