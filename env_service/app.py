@@ -272,7 +272,10 @@ def _add_compat_routes(app: FastAPI, service: EnvService) -> None:
 
     @app.post("/get_env_profile", response_model=schemas.Envelope, responses=_ERRORS, tags=["release-compatible"])
     async def get_env_profile(req: schemas.ServiceRequest) -> JSONResponse:
-        return _envelope(await service.env_profile(str(req.params.get("split", "train"))))
+        # The release's clients read every split here (their evaluation reads test): answered, as the
+        # release did, but never silently: each held-out read is logged and recorded. /v1 refuses it.
+        return _envelope(await service.env_profile(str(req.params.get("split", "train")),
+                                                   final_reason="a release-compatible /get_env_profile request"))
 
     @app.post("/create", response_model=schemas.Envelope, responses=_ERRORS, tags=["release-compatible"])
     async def create(req: schemas.ServiceRequest) -> JSONResponse:

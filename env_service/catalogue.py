@@ -16,6 +16,10 @@ from env_service.kit.episode import ToolEpisode
 from env_service.kit.tasks import SPLITS
 from env_service.oracle import oracle_messages
 from env_service.registry import get_environment
+from seal_shared.held_out import HELD_OUT_SPLITS
+
+# The splits a catalogue lists: the held-out ones (test, eval) are read by a final evaluation only.
+LISTED_SPLITS = tuple(s for s in SPLITS if s not in HELD_OUT_SPLITS)
 
 
 def _task(kit: KitEnvironment, task_id: str) -> Any:
@@ -27,8 +31,9 @@ def _task(kit: KitEnvironment, task_id: str) -> Any:
 
 def catalogue(name: str) -> dict[str, Any]:
     """What a trainer reads of environment ``name`` without an episode (``schemas.CatalogueResponse``'s
-    fields): its interface blocks, splits, task categories and tool parameter order (from its
-    registration; the episode class of a kit environment gives the parameter order)."""
+    fields): its interface blocks, its ``train`` and ``val`` splits (never the held-out ones, which
+    only a final evaluation reads), task categories and tool parameter order (from its registration;
+    the episode class of a kit environment gives the parameter order)."""
     env = get_environment(name)
     store = env.task_store()
     tasks = [store.get(tid) for tid in store.ids()]
@@ -38,7 +43,7 @@ def catalogue(name: str) -> dict[str, Any]:
         episode = ToolEpisode
     return {"env": name, "description": env.description, "example_task_id": env.example_task_id,
             "interface_blocks": list(env.interface_blocks),
-            "splits": {split: list(env.load_split(split)) for split in SPLITS},
+            "splits": {split: list(env.load_split(split)) for split in LISTED_SPLITS},
             "categories": {str(t.id): str(t.category) for t in tasks},
             "tool_parameters": episode.tool_parameters(tasks)}
 

@@ -41,6 +41,7 @@ from pydantic import BaseModel, ValidationError
 from env_service import schemas
 from env_service.host import OpError, one_line, validation_summary
 from seal_shared import DEFAULT_TIMEOUT_S  # per request; also the config's env_service.timeout_s default
+from seal_shared.held_out import HELD_OUT_SPLITS, refuse_outside_final_evaluation
 
 T = TypeVar("T")
 
@@ -242,9 +243,19 @@ class EnvCatalogue:
         return list(self.categories)
 
     def load_split(self, split: str) -> list[str]:
-        """The ids of ``train``, ``val``, ``test`` or ``eval`` (val and test), as the environment splits them."""
+        """The ids of ``train``, ``val``, ``test`` or ``eval`` (val and test), as the environment splits them.
+
+        The catalogue lists ``train`` and ``val`` only. A held-out split (``test``, ``eval``) is read
+        inside a final evaluation alone (``HeldOutSplitError`` elsewhere), from the environment's
+        registration in this process, whose task store logs and records the read."""
+        if split in HELD_OUT_SPLITS and split not in self.splits:
+            refuse_outside_final_evaluation(self.name, split)
+            from env_service.registry import get_environment
+
+            return list(get_environment(self.name).load_split(split))
         if split not in self.splits:
-            raise ValueError(f"unknown split {split!r}; expected one of {', '.join(self.splits)}")
+            known = [*self.splits, *(s for s in HELD_OUT_SPLITS if s not in self.splits)]
+            raise ValueError(f"unknown split {split!r}; expected one of {', '.join(known)}")
         return list(self.splits[split])
 
     def categories_of(self, task_ids: Sequence[str]) -> dict[str, str]:

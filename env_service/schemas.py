@@ -156,8 +156,9 @@ class CatalogueRequest(_Strict):
 
 class CatalogueResponse(_Versioned):
     """What a trainer reads of the served environment before and between episodes: its name, the
-    interface-evolution blocks it honours, its splits, every task's category and each tool's
-    parameter names in order (to name the positional arguments of a call string)."""
+    interface-evolution blocks it honours, its ``train`` and ``val`` splits (the held-out ``test`` and
+    ``eval`` are read by a final evaluation only), every task's category and each tool's parameter
+    names in order (to name the positional arguments of a call string)."""
 
     env: str
     description: str = ""

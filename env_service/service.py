@@ -10,6 +10,7 @@ and ``client.EnvClient.in_process`` calls it directly.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
@@ -25,6 +26,7 @@ from env_service.host import EpisodeHost, OpError, score_of
 from env_service import catalogue as offline
 from env_service.pool import InlineBackend, WorkerPool
 from env_service.registry import DEFAULT_ENVIRONMENT, get_environment
+from seal_shared.held_out import HELD_OUT_SPLITS, HeldOutSplitError, final_evaluation
 from seal_shared.interface.blocks import enabled_blocks, unhonoured_message
 from seal_shared.plugins import load_plugins
 
@@ -293,12 +295,23 @@ class EnvService:
             # Its worker died meanwhile: the episode is gone either way.
         return True
 
-    async def env_profile(self, split: str = "train") -> list[str]:
-        """Task ids of a split (``train``/``val``/``test``/``eval``), as the served environment defines them."""
+    async def env_profile(self, split: str = "train", *, final_reason: str | None = None) -> list[str]:
+        """Task ids of a split (``train``/``val``/``test``/``eval``), as the served environment defines them.
+
+        A held-out split (``test``, ``eval``) is answered only inside a final evaluation: one open in
+        this process (an in-process service), or ``final_reason``, which opens one for this read.
+        It is never cached, so each read goes through the store's guard and is logged and recorded."""
         if split not in schemas.SPLITS:
             raise OpError("bad_request", f"unknown split {split!r}; known: {', '.join(schemas.SPLITS)}")
+        load_split = get_environment(self.config.env).load_split
+        if split in HELD_OUT_SPLITS:
+            scope = final_evaluation(final_reason) if final_reason else contextlib.nullcontext()
+            try:
+                with scope:
+                    return list(await asyncio.to_thread(load_split, split))
+            except HeldOutSplitError as err:
+                raise OpError("bad_request", str(err)) from None
         if split not in self._profiles:
-            load_split = get_environment(self.config.env).load_split
             self._profiles[split] = list(await asyncio.to_thread(load_split, split))
         return list(self._profiles[split])
 

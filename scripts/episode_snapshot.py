@@ -18,6 +18,7 @@ Prints the episode count, the pass count and the tag counts.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import sys
@@ -108,6 +109,17 @@ def with_apatch_scales(rows: list[dict[str, Any]]) -> None:
         row["apatch_scale"] = round(scale, 9)
 
 
+def held_out_scope(reason: str) -> Any:
+    """A final-evaluation scope for the split read: the snapshot plays scripted episodes (the oracle
+    and its perturbations), so no policy and no choice sees the held-out tasks. A ``--tree`` older
+    than the held-out guard reads them without one."""
+    try:
+        from seal_shared.held_out import final_evaluation
+    except ImportError:
+        return contextlib.nullcontext()
+    return final_evaluation(reason)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     tree = Path(args.tree).expanduser().resolve()
@@ -128,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
 
     try:
-        task_ids = load_split(args.split)[: args.limit]
+        with held_out_scope(f"episode_snapshot --split {args.split} (scripted episodes, no policy)"):
+            task_ids = load_split(args.split)[: args.limit]
     except (KeyError, ValueError, FileNotFoundError) as err:
         print(f"episode_snapshot: --split {args.split}: {err}", file=sys.stderr)
         return 2

@@ -373,7 +373,9 @@ def check_tasks(plain: dict[str, Any]) -> list[str]:
                 raise ConfigError(f"data.{split}_files={f}: file not found (fix: give an existing parquet file, "
                              f"e.g. data/bfcl_{'train' if split == 'train' else 'eval_400'}.parquet{wins})")
         if ids:
-            check_task_ids([str(i) for i in ids], f"seal.tasks.{split}_ids", (plain.get("env_service") or {}).get("env"))
+            check_task_ids([str(i) for i in ids], f"seal.tasks.{split}_ids",
+                           (plain.get("env_service") or {}).get("env"),
+                           held_out_allowed=bool(tasks.get("validate_on_test")))
             if files:
                 msg = (f"seal.tasks.{split}_ids ({len(ids)} tasks) wins over data.{split}_files="
                        f"{','.join(map(str, files))}, which is not read")
@@ -382,9 +384,11 @@ def check_tasks(plain: dict[str, Any]) -> list[str]:
     return warnings
 
 
-def check_task_ids(ids: Sequence[str], key: str, env_name: str | None = None) -> None:
-    """Every id must be a task of the environment (``env_service.env``; BFCL by default)."""
-    from seal.environment import catalogue_of
+def check_task_ids(ids: Sequence[str], key: str, env_name: str | None = None, *,
+                   held_out_allowed: bool = True) -> None:
+    """Every id must be a task of the environment (``env_service.env``; BFCL by default) and, unless
+    ``held_out_allowed`` (``seal.tasks.validate_on_test``), none of its held-out test split."""
+    from seal.environment import catalogue_of, held_out_problem
 
     env = catalogue_of(env_name or DEFAULT_ENVIRONMENT)
     for tid in ids:
@@ -393,3 +397,6 @@ def check_task_ids(ids: Sequence[str], key: str, env_name: str | None = None) ->
             hint = f"the nearest is {near}" if near else f"ids look like {env.example_task_id}"
             raise ConfigError(f"{key}: task id {tid!r} does not exist ({hint}; fix: list ids of the {env.name} "
                          "tasks, or leave the key null to use the data file)")
+    held, problem = held_out_problem(env, ids, key)
+    if held and not held_out_allowed:
+        raise ConfigError(problem)

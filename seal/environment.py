@@ -94,6 +94,19 @@ def task_categories(cfg: Any, task_ids: Iterable[str]) -> dict[str, str]:
         raise ValueError(f"env_service.env={env.name}: {err.args[0]}") from None
 
 
+def held_out_problem(env: EnvCatalogue, ids: Iterable[str], key: str) -> tuple[list[str], str]:
+    """The ``ids`` (from ``key``) of tasks ``env`` holds out for a final evaluation, and the one line
+    that refuses them (``[]``: none). Held out: a task the environment knows in neither its train nor
+    its val split, i.e. of its test split; found without reading the test split (the catalogue
+    lists train and val only), so task selection and the config check never read it."""
+    chosen = set(env.load_split("train")) | set(env.load_split("val"))
+    held = [i for i in ids if i in env and i not in chosen]
+    listed = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
+    return held, (f"{key}: {listed} {'is' if len(held) == 1 else 'are'} in {env.name}'s held-out test split, "
+                  "which only a final evaluation reads (fix: name train or val tasks, or set "
+                  "seal.tasks.validate_on_test=true to validate on test knowingly, as the paper's BFCL recipe does)")
+
+
 def deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     """``base`` with ``over`` merged in; nested mappings merge key by key, other values replace."""
     out = copy.deepcopy(dict(base))

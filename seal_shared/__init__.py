@@ -9,7 +9,9 @@
 * :mod:`seal_shared.plugins`: importing the research plug-in modules that register tags, reweighters
   or environments;
 * :mod:`seal_shared.calls`: call strings (``name(k=literal, ...)``), the form tool calls take in
-  episodes, checks and logs, read with :mod:`ast` and written back.
+  episodes, checks and logs, read with :mod:`ast` and written back;
+* :mod:`seal_shared.held_out`: the guard that lets only a final evaluation read a test split
+  (the environments' task stores check it, ``seal eval --split test`` opens its scope).
 
 Dependencies run one way: ``seal -> env_service`` (through its client) and both ``-> seal_shared``.
 """

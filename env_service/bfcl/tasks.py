@@ -24,7 +24,8 @@ train, 400 tasks; ``bfcl_eval_400.parquet``: val 100 + test 300, by ``extra_info
 id is ``extra_info.index``). ``data/bfcl_400_split.json`` is an older, *different* split (its
 "train" list overlaps the eval parquet in 194 ids): it must not be used as an evaluation list.
 The ``data/`` directory is found relative to this repository; the environment variable
-``SEAL_DATA_DIR`` overrides it.
+``SEAL_DATA_DIR`` overrides it. ``test`` and ``eval`` are held out: :func:`load_split` (and the
+store) answer them only inside :func:`seal_shared.held_out.final_evaluation`.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from typing import Any
 from bfcl_eval.constants.executable_backend_config import MULTI_TURN_FUNC_DOC_FILE_MAPPING
 
 from env_service.kit import SPLITS, Task, TaskStore
+from seal_shared.held_out import check_split_read
 from seal_shared.types import category_of
 
 logger = logging.getLogger(__name__)
@@ -162,7 +164,8 @@ def load_store(include_composite: bool = False, data_dir: Path | None = None) ->
                                   held_out=held_out, involved_classes=tuple(entry["involved_classes"]),
                                   long_context=is_long_context(tid)))
     logger.debug("loaded %d BFCL multi-turn tasks from %s", len(tasks), data_dir)
-    return TaskStore(tasks, env="bfcl", splits=load_split)
+    # The store guards its held-out splits itself (TaskStore.ids), so its rule is the unguarded read.
+    return TaskStore(tasks, env="bfcl", splits=_read_split)
 
 
 _DEFAULT_LOCK = threading.Lock()
@@ -185,7 +188,16 @@ def data_dir() -> Path:
 
 def load_split(name: str) -> list[str]:
     """Task ids of a SEAL split: ``train`` (400), ``val`` (100), ``test`` (300) or ``eval`` (val+test),
-    from the parquet files (see the module docstring)."""
+    from the parquet files (see the module docstring); ``test`` and ``eval`` only inside a final
+    evaluation (``HeldOutSplitError`` elsewhere)."""
+    if name not in SPLITS:
+        raise ValueError(f"unknown split {name!r}; expected one of {', '.join(SPLITS)}")
+    check_split_read("bfcl", name)
+    return _read_split(name)
+
+
+def _read_split(name: str) -> list[str]:
+    """:func:`load_split` without the held-out guard: the store's split rule (the store guards)."""
     if name not in SPLITS:
         raise ValueError(f"unknown split {name!r}; expected one of {', '.join(SPLITS)}")
     import pyarrow.parquet as pq  # deferred: only callers of splits pay for pyarrow

@@ -1,6 +1,9 @@
 """Tasks and the task store of a kit environment, and :func:`ground_truth_replies` (a check that every
 task can pass).
 
+The store answers the ids of the held-out splits (``test``, ``eval``) only inside a final evaluation
+(:func:`seal_shared.held_out.final_evaluation`); see :meth:`TaskStore.ids`.
+
 An environment subclasses :class:`Task` for its own fields: it is a frozen, keyword-only dataclass
 (``@dataclass(frozen=True, kw_only=True)``), so each new field has a default or is given by name.
 """
@@ -14,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from seal_shared.calls import parse_call
+from seal_shared.held_out import check_split_read
 
 SPLITS = ("train", "val", "test", "eval")
 
@@ -72,7 +76,11 @@ class TaskStore:
 
     def ids(self, split: str | None = None, *, category: str | None = None) -> list[str]:
         """Every id (``None``) or those of one split (``eval`` is val and test), optionally of one
-        category only; in store order, or in the order of the store's split rule."""
+        category only; in store order, or in the order of the store's split rule. A held-out split
+        (``test``, ``eval``) is answered only inside a final evaluation, and the read is recorded
+        (:func:`seal_shared.held_out.check_split_read`): nothing that chooses may see it."""
+        if split is not None:
+            check_split_read(self.env, split)
         if split is not None and self._splits is not None:
             ids = self._splits(split)
         else:
@@ -81,7 +89,8 @@ class TaskStore:
         return ids if category is None else [i for i in ids if self._tasks[i].category == category]
 
     def load_split(self, split: str) -> list[str]:
-        """:meth:`ids` of a named split (``ValueError`` for another name)."""
+        """:meth:`ids` of a named split (``ValueError`` for another name; ``HeldOutSplitError`` for
+        ``test`` or ``eval`` outside a final evaluation)."""
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
         return self.ids(split)

@@ -1,8 +1,10 @@
 """``notes``: a small multi-turn function-calling benchmark, the worked example of the environment kit.
 
-Three stateful apps (:mod:`~env_service.notes.tools`: a notes app, a to-do list, a calendar), 100
-tasks of two or three user turns each (``tasks.jsonl``: the apps' starting state, the user's
-messages and the ground-truth calls per turn; 60 train, 30 val, 10 test), in three categories
+Three stateful apps (:mod:`~env_service.notes.tools`: a notes app, a to-do list, a calendar), 210
+tasks of two or three user turns each (the apps' starting state, the user's messages and the
+ground-truth calls per turn): 100 hand-written in ``tasks.jsonl`` (60 train, 30 val, 10 test) and 110
+generated test tasks in ``tasks_test.jsonl`` (:mod:`~env_service.notes.generate`), so the test split
+holds 120, read by a final evaluation only (:mod:`seal_shared.held_out`). Three categories
 (``single_app``, ``cross_app``, ``abstain``: a turn whose right move is no call). Everything else is
 :mod:`env_service.kit`'s: the episode's protocol loop and interface evolution, the replay check
 (:mod:`~env_service.notes.checker`) and the evaluation in BFCL's shape, so the reward, the failure
@@ -19,4 +21,4 @@ from env_service.notes.episode import NotesEpisode, default_store
 
 ENVIRONMENT = register_tool_environment(
     "notes", episode=NotesEpisode, tasks=default_store, example_task_id="notes_000",
-    description="a notes app, a to-do list and a calendar: 100 multi-turn tasks (the worked example)")
+    description="a notes app, a to-do list and a calendar: 210 multi-turn tasks (the worked example)")

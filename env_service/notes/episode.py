@@ -10,6 +10,7 @@ worlds (:mod:`env_service.notes.checker`). Params: the kit's :class:`~env_servic
 from __future__ import annotations
 
 import functools
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,9 @@ from env_service.kit import Task, TaskStore, ToolEpisode, tool_docs
 from env_service.notes.checker import World
 from env_service.notes.tools import TOOL_CLASSES
 
-TASKS_FILE = Path(__file__).with_name("tasks.jsonl")
+TASKS_FILE = Path(__file__).with_name("tasks.jsonl")  # the 100 hand-written tasks (train, val, test)
+# The generated test tasks (env_service/notes/generate.py writes it; a test regenerates it byte for byte).
+GENERATED_TASKS_FILE = Path(__file__).with_name("tasks_test.jsonl")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,11 +43,14 @@ class NotesTask(Task):
 
 @functools.cache
 def default_store() -> TaskStore:
-    """Every task of ``tasks.jsonl`` (loaded once per process)."""
-    return TaskStore.from_jsonl(TASKS_FILE, NotesTask.from_record, env="notes")
+    """Every task of ``tasks.jsonl`` and then of ``tasks_test.jsonl`` (loaded once per process)."""
+    records = [json.loads(line) for path in (TASKS_FILE, GENERATED_TASKS_FILE)
+               for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return TaskStore([NotesTask.from_record(r) for r in records], env="notes")
 
 
 def load_split(split: str) -> list[str]:
+    """The ids of a split (``test`` and ``eval`` inside a final evaluation only)."""
     return default_store().load_split(split)
 
 

@@ -11,6 +11,7 @@ and writes ``validation_log/<step>.jsonl`` and ``eval_summary.json``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
@@ -30,6 +31,7 @@ from seal.eval.stats import OVERALL, category_mean, dedupe_latest, mean_std, pas
 from seal.rewards import RewardConfig, episode_reward
 from seal.rollout.episode_loop import EpisodeState, TaskRejected, play_attempt, release
 from seal.rollout.settings import RolloutSettings
+from seal_shared.held_out import HELD_OUT_SPLITS, final_evaluation, final_evaluation_reason
 
 logger = logging.getLogger(__name__)
 
@@ -218,6 +220,9 @@ def run_eval(settings: EvalSettings, policy: ChatPolicy, client_factory: Callabl
     Each repeat writes ``<dir>/validation_log/<step>.jsonl`` (``dir`` = ``out_dir`` or
     ``out_dir/repeat_<k>``) and ``out_dir/eval_summary.json`` holds per-repeat pass counts and
     the mean and std over repeats. Finished tasks are skipped when ``settings.resume``.
+
+    ``split`` ``test`` or ``eval`` makes this a final evaluation (:func:`seal_shared.held_out.final_evaluation`):
+    the one reader of the held-out split, which is logged and recorded.
     """
     out_dir = Path(out_dir)
     local = threading.local()
@@ -232,8 +237,11 @@ def run_eval(settings: EvalSettings, policy: ChatPolicy, client_factory: Callabl
                 created.append(local.client)
         return local.client
 
+    final = settings.split in HELD_OUT_SPLITS
+    scope = final_evaluation(f"seal eval --split {settings.split}") if final else contextlib.nullcontext()
     try:
-        return _run_all(settings, policy, client, out_dir)
+        with scope:
+            return _run_all(settings, policy, client, out_dir)
     finally:
         for c in {id(c): c for c in created}.values():
             close = getattr(c, "close", None)
@@ -272,10 +280,12 @@ def _category_lookup(env: str, ids: list[str]) -> Callable[[str], str | None]:
 
 
 def _split_lookup(settings: EvalSettings) -> Callable[[str], str | None]:
-    """Maps a task id to ``train``/``val``/``test`` (None if in no split)."""
+    """Maps a task id to ``train``/``val``/``test`` (None if in no split it may read): ``test`` is
+    known inside a final evaluation only, so elsewhere a held-out task's records get None."""
+    names = ("train", "val", "test") if final_evaluation_reason() is not None else ("train", "val")
     try:
         load_split = catalogue_of(settings.env).load_split
-        return {str(tid): name for name in ("train", "val", "test") for tid in load_split(name)}.get
+        return {str(tid): name for name in names for tid in load_split(name)}.get
     except (ImportError, FileNotFoundError) as exc:
         logger.warning("cannot map task ids to splits (%s); records get split=%r", exc, settings.split)
         return lambda _tid: settings.split

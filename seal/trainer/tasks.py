@@ -12,7 +12,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from seal.config_base import ConfigError, resolve_path, to_plain
-from seal.environment import environment, task_categories
+from seal.environment import environment, held_out_problem, task_categories
 from seal.schema import WarmStartKeys, block
 from seal_shared.tags import known_tags, tag_definitions
 from seal_shared.types import PaperLabel
@@ -43,7 +43,9 @@ def select_task_ids(cfg: DictConfig, split: str, *, prompt_tokens: Callable[[str
     """The task ids of ``split`` (``train`` / ``val``) after the ``seal.tasks`` filters.
 
     Source: ``seal.tasks.<split>_ids`` when set, else the ids in ``data.<split>_files``, else (no
-    files either) the environment's own split. Then, in order: ``categories`` (as the
+    files either) the environment's own split; ids or files that name a task of the environment's
+    held-out test split are refused unless ``validate_on_test`` (:func:`refuse_held_out_ids`), and
+    the held-out split itself is never read. Then, in order: ``categories`` (as the
     environment's task store records them); for the training split, ``from_tags`` / ``from_log`` (see
     :func:`tasks_with_tags`); ``max_prompt_tokens`` (``default_max_prompt_tokens`` when unset;
     needs ``prompt_tokens(task_id)``, the rendered initial prompt length, see
@@ -57,9 +59,9 @@ def select_task_ids(cfg: DictConfig, split: str, *, prompt_tokens: Callable[[str
     explicit = t.get(f"{split}_ids")
     files = _files(cfg.data.get(f"{split}_files"))
     if explicit:
-        ids = [str(i) for i in explicit]
+        ids = refuse_held_out_ids(cfg, [str(i) for i in explicit], f"seal.tasks.{split}_ids")
     elif files:
-        ids = ids_from_parquet(files, f"data.{split}_files")
+        ids = refuse_held_out_ids(cfg, ids_from_parquet(files, f"data.{split}_files"), f"data.{split}_files")
     else:
         ids = environment(cfg).load_split(split)
     if t.categories:
@@ -83,6 +85,22 @@ def select_task_ids(cfg: DictConfig, split: str, *, prompt_tokens: Callable[[str
     if not ids:
         raise ConfigError(f"seal.tasks: no {split} task left after the filters; relax them or list "
                           f"seal.tasks.{split}_ids")
+    return ids
+
+
+def refuse_held_out_ids(cfg: DictConfig, ids: list[str], key: str) -> list[str]:
+    """``ids`` (from ``key``) unless some are of the environment's held-out test split, which only a
+    final evaluation may read (:func:`seal.environment.held_out_problem`: found without reading it).
+    ``seal.tasks.validate_on_test`` lets them through with a warning: the paper's BFCL recipe
+    validates on BFCL's val + test."""
+    env = environment(cfg)
+    held, problem = held_out_problem(env, ids, key)
+    if not held:
+        return ids
+    if not cfg.seal.tasks.get("validate_on_test"):
+        raise ConfigError(problem)
+    logger.warning("seal.tasks.validate_on_test: %s names %d task(s) of %s's held-out test split (%s); results on "
+                   "them are not a held-out measurement", key, len(held), env.name, ", ".join(held[:5]))
     return ids
 
 

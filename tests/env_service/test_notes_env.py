@@ -12,6 +12,7 @@ from env_service.notes.checker import World, check_episode
 from env_service.notes.episode import NotesEpisode, default_store, load_split
 from env_service.oracle import oracle_messages
 from env_service.registry import get_environment, known_environments
+from seal_shared.held_out import final_evaluation
 from seal_shared.types import FailureTag
 
 from live_service import running_service
@@ -43,16 +44,18 @@ def call(name: str, **arguments) -> str:
 def test_registered_by_name_with_its_tasks_and_splits() -> None:
     assert {"bfcl", "notes"} <= set(known_environments())
     env = get_environment("notes")
-    assert len(STORE) == 100
-    train, val, test = load_split("train"), load_split("val"), load_split("test")
-    assert len(train) == 60 and len(val) == 30 and len(test) == 10
+    assert len(STORE) == 210  # 100 hand-written, 110 generated test tasks (tasks_test.jsonl)
+    train, val = load_split("train"), load_split("val")
+    with final_evaluation("the split sizes"):
+        test, held_out = load_split("test"), load_split("eval")
+    assert len(train) == 60 and len(val) == 30 and len(test) == 120
     assert not set(train) & set(val) and not set(val) & set(test) and not set(train) & set(test)
-    assert load_split("eval") == sorted(val + test)  # both held-out splits, in the store's (id) order
+    assert held_out == sorted(val + test)  # both held-out splits, in the store's (id) order
     # Categories come from the task record, not from the id's spelling.
     with EnvClient.in_process(env="notes") as client:
         categories = client.catalogue().categories
     assert set(categories.values()) == CATEGORIES and categories["notes_016"] == "abstain"
-    assert len(categories) == len(env.task_store()) == 100
+    assert len(categories) == len(env.task_store()) == 210
     for task_id in STORE.ids():
         task = STORE.get(task_id)
         assert len(task.gt_turns) >= 2 and all(doc["description"] for doc in task.tools)

@@ -9,6 +9,7 @@ import pytest
 
 from env_service.bfcl import tasks as tasks_mod
 from env_service.bfcl.tasks import CATEGORIES, PYTHON_NOTE, bfcl_data_dir, load_split, load_store
+from seal_shared.held_out import final_evaluation
 
 
 def _package_docs(cls: str) -> list[dict]:
@@ -69,7 +70,8 @@ def test_store_entries_are_not_mutated_by_building_tools(store):
 
 
 def test_splits_match_the_parquet_files():
-    train, val, test, ev = (load_split(s) for s in ("train", "val", "test", "eval"))
+    with final_evaluation("the split sizes"):
+        train, val, test, ev = (load_split(s) for s in ("train", "val", "test", "eval"))
     assert (len(train), len(val), len(test), len(ev)) == (400, 100, 300, 400)
     assert set(ev) == set(val) | set(test)
     assert not set(train) & set(ev)
@@ -82,7 +84,8 @@ def test_splits_match_the_parquet_files():
 
 def test_old_split_file_is_not_the_eval_list():
     old = json.loads((Path(tasks_mod.data_dir()) / "bfcl_400_split.json").read_text())
-    assert set(old["test"]) != set(load_split("eval"))
+    with final_evaluation("comparing the eval split with an older split file"):
+        assert set(old["test"]) != set(load_split("eval"))
 
 
 def test_data_dir_override_and_errors(tmp_path, monkeypatch):
