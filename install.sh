@@ -104,7 +104,7 @@ fi
 # command 1 spends its minutes on RL. Later runs find it by its fingerprint and skip this.
 if [ "$GPU" = 0 ]; then
   echo "[install] warm start of the CPU quickstart (once; reused while its inputs are unchanged)"
-  "$VENV/bin/python" -m seal.warm_start --conf exp/quickstart.yaml --log-level warning >/dev/null
+  "$VENV/bin/python" -m seal.warm_start --conf exp/quickstart.yaml --fill-validation-cache --log-level warning >/dev/null
 fi
 
 echo "[install] done: $("$VENV/bin/python" --version), venv at $VENV"

@@ -17,6 +17,13 @@ another. Every variant starts where the config's own recipe starts: with a warm 
 (trained here first if it is not there yet) and the RL tasks it leaves, whatever the variants and
 their order (:func:`recipe_start`). Writes ``<out>/summary.json``, ``<out>/learning.png`` and each run's log.
 
+``--final``: after the runs, the final evaluation on the held-out ``test`` split, which nothing
+else reads (:mod:`final_test`): the starting policy and every run's last checkpoint, greedy and
+sampled; RL's gain per variant, and the second variant minus the first, with intervals from a
+bootstrap over tasks, seeds and episodes that carries the shared baseline's noise. With
+``--no-validation`` the runs skip their own ``val`` validations (the final evaluation is then the
+only held-out measurement, and each run is minutes shorter).
+
 ``--share-before``: the validation before the first step runs once, in the first run; the others
 skip it (``trainer.val_before_train=false``) and are compared with it. Every run starts from the
 same weights, and validation never applies the training interface (``apply_to_validation: false``),
@@ -30,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import random
 import statistics
@@ -164,12 +172,21 @@ def run_name(conf: str, variant: str, seed: int) -> str:
 
 
 def finished(exp_dir: Path) -> bool:
-    """Whether a run wrote its final validation (the last line of metrics.jsonl has val/*)."""
+    """Whether a run finished: it wrote its final validation (the last line of metrics.jsonl has
+    val/*), or, run without validations, its last step's checkpoint."""
     try:
         lines = [line for line in (exp_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     except OSError:
         return False
-    return bool(lines) and "val/pass_rate" in json.loads(lines[-1]) and json.loads(lines[-1])["step"] > 0
+    if not lines or json.loads(lines[-1])["step"] <= 0:
+        return False
+    return "val/pass_rate" in json.loads(lines[-1]) or last_checkpoint(exp_dir) == json.loads(lines[-1])["step"]
+
+
+def last_checkpoint(exp_dir: Path) -> int | None:
+    """The step of a run's newest checkpoint (``latest_checkpointed_iteration.txt``), if any."""
+    marker = exp_dir / "checkpoints" / "latest_checkpointed_iteration.txt"
+    return int(marker.read_text().strip()) if marker.is_file() else None
 
 
 def logged_wall_s(log: Path) -> float:
@@ -342,6 +359,55 @@ def difference(names: list[str], a: list[RunResult], b: list[RunResult], summary
                         "bootstrap95": [blo, bhi], "per_seed": per_seed}
 
 
+def final_report(args: argparse.Namespace, overrides: list[str], start: list[str],
+                 results: dict[str, list[RunResult]], out: Path) -> dict:
+    """The final evaluation on ``test`` (:mod:`final_test`) and its figures, printed and returned."""
+    import final_test as ft
+    from seal.config import compose_config
+
+    cfg = compose_config(args.conf, overrides + start)
+    base = Path(str(cfg.actor_rollout_ref.model.path))
+    before = ft.evaluate_policy(base, args.conf, out / "final_test" / "start", repeats=args.final_before_repeats,
+                                seed=0, overrides=overrides)
+    after: dict[str, list[ft.PolicyScores]] = {}
+    for variant, runs in results.items():
+        for r in runs:
+            exp_dir = ROOT / "experiments" / run_name(args.conf, variant, r.seed)
+            step = last_checkpoint(exp_dir)
+            if step is None:
+                raise SystemExit(f"learning_bench --final: {exp_dir} has no checkpoint")
+            model = ft.export_hf(exp_dir / "checkpoints" / f"global_step_{step}", base, exp_dir / "final_hf")
+            after.setdefault(variant, []).append(ft.evaluate_policy(
+                model, args.conf, out / "final_test" / f"{variant}_s{r.seed}", repeats=args.final_repeats,
+                seed=r.seed + 1, overrides=overrides))
+    report: dict = {"start": {"greedy": statistics.fmean(before.greedy.values()),
+                              "sampled": statistics.fmean(statistics.fmean(v) for v in before.sampled.values())}}
+    print(f"\n== final evaluation on test ({len(before.greedy)} tasks): starting policy greedy "
+          f"{report['start']['greedy']:.3f}, sampled {report['start']['sampled']:.3f}")
+    for variant, scores in after.items():
+        for label in ("greedy", "sampled"):
+            cells = [ft_cells(s, label) for s in scores]
+            gain = ft.clustered_interval(cells, before=ft_cells(before, label))
+            report.setdefault(variant, {})[label] = gain
+            print(f"{variant}: RL's gain on test ({label}): {gain['mean']:+.3f} [{gain['ci95'][0]:+.3f}, "
+                  f"{gain['ci95'][1]:+.3f}] over {gain['seeds']} seeds x {gain['tasks']} tasks "
+                  f"(per seed {' '.join(f'{x:+.3f}' for x in gain['per_seed'])})")
+    names = list(after)
+    if len(names) == 2:
+        for label in ("greedy", "sampled"):
+            diff = ft.clustered_interval([ft_cells(s, label) for s in after[names[1]]],
+                                         minus=[ft_cells(s, label) for s in after[names[0]]])
+            report[f"{names[1]} - {names[0]}"] = report.get(f"{names[1]} - {names[0]}", {}) | {label: diff}
+            print(f"{names[1]} - {names[0]} on test ({label}): {diff['mean']:+.3f} "
+                  f"[{diff['ci95'][0]:+.3f}, {diff['ci95'][1]:+.3f}]")
+    return report
+
+
+def ft_cells(scores, label: str) -> dict[str, list[float]]:
+    """A policy's test scores as cells of episodes: the greedy score alone, or the sampled ones."""
+    return {t: [v] for t, v in scores.greedy.items()} if label == "greedy" else scores.sampled
+
+
 def plot(results: dict[str, list[RunResult]], path: Path) -> None:
     import matplotlib
 
@@ -380,13 +446,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=".bench/learning", help="logs, summary.json and learning.png")
     ap.add_argument("--share-before", action="store_true",
                     help="validate before training in the first run only; the others are compared with it")
+    ap.add_argument("--final", action="store_true",
+                    help="then evaluate the starting policy and every run's last checkpoint on the held-out test "
+                         "split (the one read of it), greedy and sampled, and report RL's gain on it")
+    ap.add_argument("--final-repeats", type=int, default=1,
+                    help="sampled episodes per test task for each trained run (default %(default)s)")
+    ap.add_argument("--final-before-repeats", type=int, default=2,
+                    help="sampled episodes per test task for the starting policy (default %(default)s)")
+    ap.add_argument("--no-validation", action="store_true",
+                    help="the runs skip their own validations on val (with --final: test is the measurement)")
     ap.add_argument("--reuse", action="store_true",
                     help="keep the figures of runs that already finished (their experiments/ folder) instead of rerunning")
     args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not (ROOT / args.conf).is_file() and not Path(args.conf).is_file():
         print(f"learning_bench: --conf {args.conf}: no such file", file=sys.stderr)
         return 2
     sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "scripts"))
     from seal.config import compose_config
     from seal.environment import environment_name
 
@@ -395,6 +472,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, list[RunResult]] = {}
     start = recipe_start(args.conf, overrides)
+    if args.no_validation:
+        start += ["trainer.val_before_train=false", "trainer.test_freq=0"]
     for spec in args.variants:
         name, extra = variant_overrides(spec, env)
         extra = start + extra
@@ -407,6 +486,8 @@ def main(argv: list[str] | None = None) -> int:
     failed = [r for runs in results.values() for r in runs if r.returncode != 0]
     results = {k: [r for r in v if r.returncode == 0] for k, v in results.items()}
     summary = report(results)
+    if args.final:
+        summary["final_test"] = final_report(args, overrides, start, results, out)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     plot(results, out / "learning.png")
     print(f"\nwrote {out / 'summary.json'} and {out / 'learning.png'}")

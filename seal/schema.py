@@ -144,8 +144,26 @@ class WarmStartKeys:
     lr: float = knob(5.0e-5, "Learning rate.", gt=0)
     batch_size: int = knob(1, "Transcripts per optimizer step (token-mean loss over them).", ge=1)
     grad_clip: float = knob(1.0, "Gradient-norm clip.", gt=0)
+    closing_weight: float = knob(1.0, "Loss weight of the model-written messages that close a turn without a "
+                                 "call (the oracle's closing line); 1 = as every other token. Lower, the "
+                                 "policy learns the calls more than the line that ends a turn. Local "
+                                 "fine-tune only.", ge=0, le=1)
     seed: int = knob(0, "Seed of the fine-tune.")
     output: str | None = knob(None, "The checkpoint folder; null = models/warm_start/<model>-<env>-<fingerprint>.")
+
+
+@dataclass
+class SpeculativeKeys:
+    """``seal.local.speculative``: prompt-lookup speculative decoding in the local generation engine
+    (:mod:`seal.engine.speculative`; rollout, validation and ``seal eval``). Exact: greedy answers are
+    the same tokens, sampled ones the same distribution (and the same tokens for a seed)."""
+
+    enable: bool = knob(True, "Draft each row's next tokens from the last earlier occurrence of its last "
+                        "few tokens in its own context and verify them in one forward (false = one token per "
+                        "forward).")
+    max_draft: int = knob(6, "Most tokens drafted per row and decode step.", ge=1)
+    ngram: int = knob(3, "Longest n-gram looked up (then shorter ones, down to 2). Also orders every sampled "
+                      "draw, so a seeded answer depends on it (not on enable or max_draft).", ge=2)
 
 
 @dataclass
@@ -159,6 +177,7 @@ class LocalKeys:
     generation_batch_size: int = knob(16, "Most requests batched into one HF generate call.", ge=1)
     shared_prefix_min_tokens: int = knob(128, "Rows of a generation batch sharing at least this many leading "
                                          "tokens read them once per forward (0 = off).", ge=0)
+    speculative: SpeculativeKeys = field(default_factory=SpeculativeKeys, metadata={"doc": ""})
     shared_prefix_training: bool = knob(True, "Update and log-prob passes compute the prompt a GRPO group's "
                                         "episodes share once and run each episode's continuation on it, with "
                                         "LM-head logits only where a log-prob is read; the same losses, "
@@ -176,6 +195,12 @@ class LocalKeys:
                                      "episodes for the same tasks, so a change in pass rate is measured finer.",
                                      ge=0)
     sampled_validation_temperature: float = knob(1.0, "Sampling temperature of those episodes (top_p 1).", gt=0)
+    validation_cache: bool = knob(True, "Keep a fresh run's greedy validation before its first step, keyed by "
+                                  "everything that decides it (weights, tasks and their prompts, the config "
+                                  "less names, lengths and update settings, code, CPU arithmetic), in "
+                                  "models/validation_cache/; a run with the same key reads it instead of "
+                                  "validating again (install.sh fills the quickstart's). false = always "
+                                  "validate.")
     tensorboard: bool = knob(True, "Also write scalars to experiments/<name>/tensorboard/.")
     progress_bars: bool = knob(True, "tqdm progress bars for rollouts and validation.")
 
@@ -201,6 +226,10 @@ class TasksKeys:
                                       "first N as listed; false = as listed.")
     max_val_tasks: int | None = knob(None, "Keep the first N validation tasks after the filters; null = all.",
                                      ge=1)
+    validate_on_test: bool = knob(False, "Accept tasks of the environment's held-out test split in explicit ids "
+                                  "and data files, with a warning (the paper's BFCL recipe validates on BFCL's "
+                                  "val + test, data/bfcl_eval_400.parquet); false = refuse them: only a final "
+                                  "evaluation reads the test split.")
 
 
 @dataclass

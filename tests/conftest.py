@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
@@ -10,6 +11,9 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The start-of-run validation cache (seal.local.validation_cache): the suite's runs keep their own,
+# so that no test reads an entry a developer's runs wrote.
+os.environ.setdefault("SEAL_VALIDATION_CACHE", tempfile.mkdtemp(prefix="seal-validation-cache-"))
 
 
 def _has_cuda() -> bool:

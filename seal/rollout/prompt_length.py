@@ -24,23 +24,30 @@ from seal.rollout.tokens import ChatFormat
 logger = logging.getLogger(__name__)
 
 
-def prompt_token_counter(cfg: Any, tokenizer: Any, env_client: Any, *, rollout_mode: str,
-                         env_params: dict[str, Any] | None = None) -> Callable[[str], int]:
-    """A function ``task_id -> number of tokens of its initial prompt`` (one ``/create`` and
+def initial_prompt_renderer(cfg: Any, tokenizer: Any, env_client: Any, *, rollout_mode: str,
+                            env_params: dict[str, Any] | None = None) -> Callable[[str], list[int]]:
+    """A function ``task_id -> the token ids of its initial prompt`` (one ``/create`` and
     ``/release`` per call). ``env_params`` are merged over ``env_service.bfcl`` as the trainers
     do for each episode."""
     chat = ChatFormat.from_tokenizer(tokenizer, select(cfg, "data.apply_chat_template_kwargs", {}) or {})
     few_shot = RolloutSettings.from_config(cfg).few_shot
     params = episode_params(cfg, rollout_mode, env_params)
 
-    def count(task_id: str) -> int:
+    def render(task_id: str) -> list[int]:
         created = env_client.create(task_id, params)
         try:
-            return len(chat.prompt_ids(with_few_shot(list(created.messages), few_shot)))
+            return chat.prompt_ids(with_few_shot(list(created.messages), few_shot))
         finally:
             env_client.release(created.instance_id)
 
-    return count
+    return render
+
+
+def prompt_token_counter(cfg: Any, tokenizer: Any, env_client: Any, *, rollout_mode: str,
+                         env_params: dict[str, Any] | None = None) -> Callable[[str], int]:
+    """A function ``task_id -> number of tokens of its initial prompt`` (:func:`initial_prompt_renderer`)."""
+    render = initial_prompt_renderer(cfg, tokenizer, env_client, rollout_mode=rollout_mode, env_params=env_params)
+    return lambda task_id: len(render(task_id))
 
 
 def default_max_prompt_tokens(cfg: Any) -> int:

@@ -28,7 +28,10 @@ class WarmStartSettings(WarmStartKeys):
     def hyperparameters(self) -> dict[str, Any]:
         """What changes the trained weights besides the data and the base model."""
         d = asdict(self)
-        return {k: d[k] for k in ("epochs", "lr", "batch_size", "grad_clip", "seed")}
+        out = {k: d[k] for k in ("epochs", "lr", "batch_size", "grad_clip", "seed")}
+        if self.closing_weight != 1.0:  # absent at its default: earlier warm starts keep their fingerprint
+            out["closing_weight"] = self.closing_weight
+        return out
 
 
 def check_disjoint(warm_ids: list[str], val_ids: list[str]) -> None:

@@ -2,7 +2,8 @@
 
 Loss: the mean negative log-likelihood of the model-written response tokens (mask 1), averaged
 over every such token of an optimizer step's ``batch_size`` transcripts (token-mean, as verl's SFT
-trainer does); observations and the prompt are context only. AdamW at a constant learning rate,
+trainer does), the closing lines weighted ``closing_weight`` (a weighted mean); observations and
+the prompt are context only. AdamW at a constant learning rate,
 gradient-norm clipping, a seeded shuffle per epoch. The GPU path runs verl's own SFT trainer on
 the same conversations instead (:mod:`seal.warm_start.verl_sft`).
 """
@@ -37,12 +38,14 @@ class SftReport:
     seconds: float
 
 
-def transcript_nll(model: torch.nn.Module, t: Transcript, device: torch.device) -> torch.Tensor:
-    """Summed NLL of ``t``'s model-written tokens (a scalar with a graph). The LM head runs only
-    at those tokens: the observations inside the response, most of its length, get no logits."""
+def transcript_nll(model: torch.nn.Module, t: Transcript, device: torch.device, closing_weight: float = 1.0
+                   ) -> torch.Tensor:
+    """Weighted NLL of ``t``'s model-written tokens, summed (a scalar with a graph); closing lines
+    weigh ``closing_weight``. The LM head runs only at those tokens: the observations inside the
+    response, most of its length, get no logits."""
     logp = row_logprobs(model, Row.of(t.prompt_ids, t.response_ids, t.response_mask), (), device)
-    mask = torch.tensor(t.response_mask, dtype=logp.dtype, device=logp.device)
-    return -(logp * mask).sum()
+    weights = torch.tensor(t.token_weights(closing_weight), dtype=logp.dtype, device=logp.device)
+    return -(logp * weights).sum()
 
 
 def supervised_finetune(model: torch.nn.Module, transcripts: Sequence[Transcript], settings: WarmStartSettings, *,
@@ -63,11 +66,11 @@ def supervised_finetune(model: torch.nn.Module, transcripts: Sequence[Transcript
         nll_sum, tok_sum = 0.0, 0
         for start in range(0, len(order), settings.batch_size):
             batch = [transcripts[i] for i in order[start:start + settings.batch_size]]
-            ntok = max(sum(t.trained_tokens for t in batch), 1)
+            ntok = max(sum(sum(t.token_weights(settings.closing_weight)) for t in batch), 1e-6)
             optimizer.zero_grad(set_to_none=True)
             for t in batch:
                 with autocast_context(device, autocast):
-                    nll = transcript_nll(model, t, device).float()
+                    nll = transcript_nll(model, t, device, settings.closing_weight).float()
                 (nll / ntok).backward()
                 nll_sum += float(nll.detach())
             tok_sum += ntok

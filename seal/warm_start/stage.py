@@ -68,6 +68,9 @@ def prepare(cfg: DictConfig, *, val_ids: list[str] | None = None) -> DictConfig:
     settings = WarmStartSettings.from_config(cfg)
     if not settings.enable:
         return cfg
+    if sft_on_verl(cfg) and settings.closing_weight != 1.0:
+        raise ConfigError(f"seal.warm_start.closing_weight={settings.closing_weight}: verl's SFT trainer weighs "
+                          "every model-written token alike; use 1.0 on the verl backend")
     from transformers import AutoTokenizer
 
     from seal.environment import environment_name

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -26,15 +27,16 @@ from seal.trainer.best_checkpoint import BestCheckpointKeeper, BestCheckpointSet
 from seal.trainer.coevolution import ROLLOUT_MODES, CoEvolution
 from seal.trainer.local import checkpoint as ckpt
 from seal.trainer.local.data import TaskSampler
-from seal.rollout.prompt_length import prompt_token_counter
+from seal.rollout.prompt_length import initial_prompt_renderer, prompt_token_counter
 from seal.schema import LocalKeys, block
 from seal.trainer.step_rules import episode_metrics, select_trainable, signal_metrics
 from seal.trainer.tasks import select_task_ids
 from seal.trainer.local.episodes import Episode, EpisodeJob, play_all
 from seal.trainer.local.metrics import MetricsLogger
-from seal.trainer.local.policy import LossSettings, frozen_copy, load_policy, resolve_device
+from seal.trainer.local.policy import LossSettings, frozen_copy, load_policy, model_path, resolve_device
 from seal.trainer.local.update import build_batch, grpo_advantages_verl, policy_update
 from seal.trainer.local.validation import validation_metrics, write_validation_log
+from seal.trainer.local.validation_cache import ValidationCache, ValidationKey
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +107,7 @@ class LocalTrainer:
         # The release's best-validation-step keeping (trainer.save_best_checkpoint).
         self.best = BestCheckpointKeeper(self.checkpoint_root, BestCheckpointSettings.from_trainer_cfg(cfg.trainer))
         self._saved_step: int | None = None
+        self.validation_cache = ValidationCache()
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         o = self.actor.optim  # AdamW: the config pass's rule for the local trainer (seal.config_values)
@@ -224,17 +227,40 @@ class LocalTrainer:
 
     def validate(self, step: int) -> dict[str, float]:
         """Greedy, one episode per validation task, untouched interface; writes the step's log.
-        Then, with ``seal.local.sampled_validation_n``, that many sampled episodes per task."""
+        Then, with ``seal.local.sampled_validation_n``, that many sampled episodes per task.
+        A fresh run's step-0 greedy pass is read from the validation cache when its key matches
+        (:mod:`seal.trainer.local.validation_cache`)."""
         t0 = time.time()
-        jobs = [EpisodeJob(t, uid=t, sample=0, category=self.categories[t]) for t in self.val_ids]
-        episodes = self.play(jobs, train=False, epoch=self.sampler.pos.epoch, desc=f"validation step {step}")
-        logger.info("validation at step %d: %d episodes in %.1f s", step, len(episodes), time.time() - t0)
-        write_validation_log(self.exp_dir / "validation_log", step, episodes, self.sampling_params(train=False),
-                             split="val")
-        metrics = validation_metrics(episodes)
+        key = self.start_validation_key() if step == 0 and self.global_step == 0 else None
+        cached = self.validation_cache.load(key) if key is not None else None
+        log_dir = self.exp_dir / "validation_log"
+        if cached is not None:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(cached.log, log_dir / "0.jsonl")
+            metrics = dict(cached.metrics)
+            logger.info("validation at step 0: read from the validation cache (%s, key %s)",
+                        self.validation_cache.entry(key), key.digest)
+        else:
+            jobs = [EpisodeJob(t, uid=t, sample=0, category=self.categories[t]) for t in self.val_ids]
+            episodes = self.play(jobs, train=False, epoch=self.sampler.pos.epoch, desc=f"validation step {step}")
+            logger.info("validation at step %d: %d episodes in %.1f s", step, len(episodes), time.time() - t0)
+            log = write_validation_log(log_dir, step, episodes, self.sampling_params(train=False), split="val")
+            metrics = validation_metrics(episodes)
+            if key is not None:
+                self.validation_cache.store(key, log, metrics)
+        metrics["val/from_cache"] = float(cached is not None)
         if self.local.sampled_validation_n > 0:
             metrics.update(self.validate_sampled(step))
         return metrics | {"timing/validation_s": time.time() - t0}
+
+    def start_validation_key(self) -> ValidationKey | None:
+        """The cache key of this run's step-0 greedy validation; ``None`` when the cache is off."""
+        if not self.local.validation_cache:
+            return None
+        render = initial_prompt_renderer(self.cfg, self.tokenizer, self.env, rollout_mode=ROLLOUT_MODES[False],
+                                         env_params=self.coevolution.env_params(train=False))
+        return ValidationKey.build(cfg=self.cfg, model=self.model, model_dir=model_path(self.cfg),
+                                   task_ids=self.val_ids, render_prompt=render, autocast=self.autocast)
 
     def validate_sampled(self, step: int) -> dict[str, float]:
         """``n`` episodes per validation task at ``sampled_validation_temperature``, validation

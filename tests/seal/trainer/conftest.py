@@ -133,6 +133,8 @@ def trainer_cfg(name: str = "t", extra: list[str] | None = None):
         "seal.tasks.max_prompt_tokens=null",
         "seal.local.tensorboard=false",
         "seal.local.progress_bars=false",
+        # The scripted runner's validation draws from the RNG: not a policy's greedy pass to cache.
+        "seal.local.validation_cache=false",
         "actor_rollout_ref.actor.optim.weight_decay=0.0",
         "trainer.total_training_steps=2",
         "data.train_batch_size=2",

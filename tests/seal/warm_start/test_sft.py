@@ -73,3 +73,37 @@ def test_finetune_is_reproducible_from_its_seed(tokenizer, transcripts) -> None:
     supervised_finetune(a, transcripts, settings, device=CPU, autocast="none", progress=False)
     supervised_finetune(b, transcripts, settings, device=CPU, autocast="none", progress=False)
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def _nll_where(model, transcripts, closing: bool) -> float:
+    """Mean NLL over the model-written tokens of the closing lines (or of the calls)."""
+    from seal.trainer.local.policy import response_logprobs
+
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for t in transcripts:
+            logp = response_logprobs(model, t.prompt_ids, t.response_ids, CPU)
+            for lp, m, c in zip(logp, t.response_mask, t.closing):
+                if m and bool(c) == closing:
+                    total, count = total - float(lp), count + 1
+    return total / count
+
+
+def test_the_closing_weight_moves_the_loss_off_the_closing_lines(tokenizer, transcripts) -> None:
+    model = tiny_model(tokenizer)
+    t = transcripts[0]
+    with torch.no_grad():
+        from seal.trainer.local.policy import response_logprobs
+
+        logp = response_logprobs(model, t.prompt_ids, t.response_ids, CPU)
+        expected = -sum(float(lp) * w for lp, w in zip(logp, t.token_weights(0.2)))
+        assert float(transcript_nll(model, t, CPU, 0.2)) == pytest.approx(expected, rel=1e-5)
+    full, light = tiny_model(tokenizer), tiny_model(tokenizer)
+    before = _nll_where(full, transcripts, closing=True)
+    for model, weight in ((full, 1.0), (light, 0.0)):
+        supervised_finetune(model, transcripts, WarmStartSettings(epochs=3, lr=1e-2, batch_size=2,
+                                                                  closing_weight=weight),
+                            device=CPU, autocast="none", progress=False)
+    # Weight 0 on the closing lines: the model learns the calls and not the closing lines.
+    learned = before - _nll_where(full, transcripts, closing=True)
+    assert learned > 0.5 and before - _nll_where(light, transcripts, closing=True) < 0.8 * learned

@@ -57,3 +57,26 @@ def test_transcripts_use_the_training_interface(tokenizer, client) -> None:
 def test_a_task_whose_ground_truth_cannot_pass_is_refused(tokenizer, client) -> None:
     with pytest.raises(ConfigError, match=r"notes_007 \(max_llm_calls\).*seal.rollout.max_llm_calls"):
         build_transcripts(notes_cfg("seal.rollout.max_llm_calls=4"), tokenizer, client, TASKS)
+
+
+def test_closing_lines_are_marked_and_only_they(tokenizer, client) -> None:
+    """Each turn's closing line (the oracle's plain reply) is marked; no call token is."""
+    transcripts = build_transcripts(notes_cfg(), tokenizer, client, TASKS)
+    store = default_store()
+    for t in transcripts:
+        assert len(t.closing) == len(t.response_mask)
+        closing = tokenizer.decode([tok for tok, c in zip(t.response_ids, t.closing) if c])
+        calls = tokenizer.decode([tok for tok, m, c in zip(t.response_ids, t.response_mask, t.closing) if m and not c])
+        assert "<tool_call>" not in closing and closing.count("Done.") == len(store.get(t.task_id).gt_turns)
+        assert calls.count("<tool_call>") == sum(len(turn) for turn in store.get(t.task_id).gt_turns)
+        assert all(m for m, c in zip(t.response_mask, t.closing) if c)  # only model-written tokens
+        weights = t.token_weights(0.25)
+        assert {w for w, c in zip(weights, t.closing) if c} == {0.25}
+        assert t.token_weights(1.0) == [float(m) for m in t.response_mask]
+
+
+def test_a_response_that_does_not_follow_the_plan_marks_nothing() -> None:
+    from seal.warm_start.transcripts import closing_tokens
+
+    assert closing_tokens([1, 1, 0, 1, 0, 1], [["a()"], []]) == (0, 0, 0, 1, 0, 1)
+    assert closing_tokens([1, 1, 0, 1], [["a()"], []]) == ()  # one run short of the plan
