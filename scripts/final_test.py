@@ -89,10 +89,11 @@ def read_scores(out: Path) -> dict[str, list[float]]:
 
 def evaluate_policy(model: Path, conf: str, out: Path, *, repeats: int, seed: int, overrides: list[str]
                     ) -> PolicyScores:
+    """Greedy once, then ``repeats`` sampled episodes per task (none with ``repeats=0``)."""
     greedy = read_scores(run_eval(model, conf, out / "greedy", temperature=0.0, repeats=1, seed=seed,
                                   overrides=overrides))
     sampled = read_scores(run_eval(model, conf, out / "sampled", temperature=1.0, repeats=repeats, seed=seed,
-                                   overrides=overrides))
+                                   overrides=overrides)) if repeats > 0 else {}
     return PolicyScores({t: v[0] for t, v in greedy.items()}, sampled)
 
 

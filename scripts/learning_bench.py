@@ -380,12 +380,13 @@ def final_report(args: argparse.Namespace, overrides: list[str], start: list[str
             after.setdefault(variant, []).append(ft.evaluate_policy(
                 model, args.conf, out / "final_test" / f"{variant}_s{r.seed}", repeats=args.final_repeats,
                 seed=r.seed + 1, overrides=overrides))
-    report: dict = {"start": {"greedy": statistics.fmean(before.greedy.values()),
-                              "sampled": statistics.fmean(statistics.fmean(v) for v in before.sampled.values())}}
-    print(f"\n== final evaluation on test ({len(before.greedy)} tasks): starting policy greedy "
-          f"{report['start']['greedy']:.3f}, sampled {report['start']['sampled']:.3f}")
+    labels = ("greedy", "sampled") if before.sampled and args.final_repeats > 0 else ("greedy",)
+    report: dict = {"start": {label: statistics.fmean(statistics.fmean(v) for v in ft_cells(before, label).values())
+                              for label in labels}}
+    print(f"\n== final evaluation on test ({len(before.greedy)} tasks): starting policy "
+          + ", ".join(f"{label} {value:.3f}" for label, value in report["start"].items()))
     for variant, scores in after.items():
-        for label in ("greedy", "sampled"):
+        for label in labels:
             cells = [ft_cells(s, label) for s in scores]
             gain = ft.clustered_interval(cells, before=ft_cells(before, label))
             report.setdefault(variant, {})[label] = gain
@@ -394,7 +395,7 @@ def final_report(args: argparse.Namespace, overrides: list[str], start: list[str
                   f"(per seed {' '.join(f'{x:+.3f}' for x in gain['per_seed'])})")
     names = list(after)
     if len(names) == 2:
-        for label in ("greedy", "sampled"):
+        for label in labels:
             diff = ft.clustered_interval([ft_cells(s, label) for s in after[names[1]]],
                                          minus=[ft_cells(s, label) for s in after[names[0]]])
             report[f"{names[1]} - {names[0]}"] = report.get(f"{names[1]} - {names[0]}", {}) | {label: diff}
@@ -450,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="then evaluate the starting policy and every run's last checkpoint on the held-out test "
                          "split (the one read of it), greedy and sampled, and report RL's gain on it")
     ap.add_argument("--final-repeats", type=int, default=1,
-                    help="sampled episodes per test task for each trained run (default %(default)s)")
+                    help="sampled episodes per test task for each trained run (default %(default)s; 0 = greedy only)")
     ap.add_argument("--final-before-repeats", type=int, default=2,
                     help="sampled episodes per test task for the starting policy (default %(default)s)")
     ap.add_argument("--no-validation", action="store_true",

@@ -6,7 +6,9 @@ selected per model by :func:`server_attention_for`:
 * **Grouped-query decode.** transformers' CPU path expands keys/values (B, Hkv, L, D) to all query
   heads before SDPA, which copies the whole cache every step. For one query position the query
   heads of a group can instead be laid out as that group's "query length":
-  (B, H, 1, D) -> (B, Hkv, H/Hkv, D), all of them under the same mask row.
+  (B, H, 1, D) -> (B, Hkv, H/Hkv, D), all of them under the same mask row. A few positions under
+  a 4-D boolean mask (the speculative decoder's verification) are laid out the same way, each
+  position's mask row repeated for its group's heads.
 * **Shared-prefix attention.** The rows of a batch are mostly the same prompt: the n episodes of
   a task (a GRPO group) share the tool schemas and the task, thousands of tokens. Reading that
   prefix's key/values once per row makes a decode step cost B times the prefix; instead the
@@ -37,6 +39,9 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 SERVER_ATTENTION = "seal_server_sdpa"
 PREFIX_KWARG = "seal_prefix_groups"  # the model-call keyword that carries the groups to the layers
 MIN_CHUNK = 512  # shortest piece of a shared prefix worth a thread of its own
+# Most query positions per row that grouped-query attention takes (a speculative decoder's
+# verification step); longer ones (prefill) go to transformers' SDPA.
+MAX_GROUPED_QUERIES = 16
 
 # The CPU flash kernel, which also returns the log-sum-exp of each query's scores.
 _flash_with_lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
@@ -62,12 +67,20 @@ def server_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
         return prefix_attention(query, key, value, attention_mask, groups, module.layer_idx, scaling), None
     b, h, q, d = query.shape
     hkv = key.shape[1]
-    if q != 1 or h == hkv or dropout:
+    few = (attention_mask is not None and attention_mask.dim() == 4 and attention_mask.dtype == torch.bool
+           and q <= MAX_GROUPED_QUERIES)
+    if (q != 1 and not few) or h == hkv or dropout:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
-    grouped = query.reshape(b, hkv, h // hkv, d)
-    out = F.scaled_dot_product_attention(grouped, key, value, attn_mask=attention_mask, scale=scaling)
-    return out.reshape(b, h, 1, d).transpose(1, 2).contiguous(), None
+    g = h // hkv
+    # Query head j of kv head k is head k * g + j: (B, H, Q, D) -> (B, Hkv, g * Q, D), each query
+    # position's mask row repeated for the g heads of its group.
+    grouped = query.reshape(b, hkv, g * q, d)
+    mask = attention_mask
+    if q != 1:
+        mask = mask[..., :key.shape[2]].expand(b, 1, q, key.shape[2]).repeat(1, 1, g, 1)
+    out = F.scaled_dot_product_attention(grouped, key, value, attn_mask=mask, scale=scaling)
+    return out.reshape(b, h, q, d).transpose(1, 2).contiguous(), None
 
 
 def prefix_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,

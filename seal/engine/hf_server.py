@@ -14,9 +14,13 @@ of its context not seen before (in an episode, the last observation), the rows' 
 prefilled together in padded forwards (:func:`~seal.engine.kv_engine.prefill_many`), then the rows
 decode together in a loop of the server's own (temperature, top-k, top-p sampling). Rows that share
 at least ``shared_prefix_min_tokens`` leading tokens (the episodes of one task share the prompt)
-read that prefix once per forward instead of once per row (:mod:`seal.engine.attention`). With
-``prefix_cache_tokens=0`` the batch is one left-padded ``model.generate`` call, which recomputes
-every context in full.
+read that prefix once per forward instead of once per row (:mod:`seal.engine.attention`). The
+decode loop speculates by prompt lookup (``speculative``, on by default;
+:mod:`seal.engine.speculative`): each row drafts the tokens that followed the last earlier
+occurrence of its last few tokens, and one forward verifies them; the output is exactly what
+plain decoding gives (greedy: the same tokens; sampled: the same distribution, and the same tokens
+for a seeded request). With ``prefix_cache_tokens=0`` the batch is one left-padded
+``model.generate`` call, which recomputes every context in full.
 
 Semantics, documented because the trainer relies on them:
 
@@ -50,6 +54,11 @@ Semantics, documented because the trainer relies on them:
   global RNG, so a ``generate`` batch with a seeded row runs greedy behind a processor that
   samples each row as the prefix-reuse engine does (same draws, same tokens up to rounding) and
   leaves only the drawn token: the batch stays one call instead of one call per seeded request.
+  Every engine draws a sampled token by the inverse CDF with the row's prompt-lookup prediction
+  ordered first (:mod:`seal.engine.sampling`), which is what lets speculation keep a seeded row's
+  tokens: they do not depend on whether the prefix-reuse engine speculates or on its draft length
+  (they do depend on ``speculative.ngram``, which sets the prediction). With speculation, rows
+  without a seed draw from generators of their own seeded from that shared stream once per batch.
 * **Cache and weights.** Cached key/values belong to the weights that computed them. Before each
   batch the server compares the parameters' in-place version counters (an optimizer step or
   ``load_state_dict`` bumps them) with those the cache was built under and drops the cache when
@@ -83,7 +92,10 @@ import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 from verl.workers.rollout.replica import TokenOutput
 
-from seal.engine import attention, kv_cache, kv_engine, precision
+from seal.engine import attention, draft_policy, kv_cache, kv_engine, precision, speculative
+from seal.engine.ngram import NgramIndex
+from seal.engine.sampling import (SamplingKey, filter_scores, make_chooser, row_streams,  # noqa: F401 (re-exported)
+                                  sample_categorical)
 
 log = logging.getLogger(__name__)
 
@@ -92,84 +104,6 @@ DEFAULT_PREFIX_CACHE_TOKENS = 65536  # ~1.5 GB of SmolLM2 key/values in bf16, 3 
 DEFAULT_PREFILL_TOKEN_BUDGET = 4096
 # A request sharing this many more tokens with a batch-mate than with the cache waits for it.
 WAIT_FOR_SHARED_MIN = 32
-
-
-@dataclass(frozen=True)
-class SamplingKey:
-    """The settings a batch must share."""
-
-    temperature: float
-    top_p: float
-    top_k: int
-    stop_ids: tuple[int, ...]
-
-
-def filter_scores(scores: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """Top-k then top-p (nucleus) filtering of temperature-scaled scores (B, V); removed = -inf."""
-    if 0 < top_k < scores.shape[-1]:
-        kth = torch.topk(scores, top_k, dim=-1).values[..., -1:]
-        scores = scores.masked_fill(scores < kth, float("-inf"))
-    if top_p < 1.0:
-        ordered, index = scores.sort(dim=-1, descending=True)
-        probs = torch.softmax(ordered, dim=-1)
-        drop = (probs.cumsum(-1) - probs) > top_p  # the mass before this token already exceeds top_p
-        ordered = ordered.masked_fill(drop, float("-inf"))
-        scores = torch.full_like(scores, float("-inf")).scatter(-1, index, ordered)
-    return scores
-
-
-def sample_categorical(probs: torch.Tensor, generator: torch.Generator | None = None,
-                       row_generators: Sequence[torch.Generator | None] | None = None) -> torch.Tensor:
-    """One draw (B,) from each row of (B, V) probabilities, by inverse CDF in float64.
-
-    One uniform number per row instead of one per vocabulary entry: ``torch.multinomial`` draws
-    B x V exponentials, ~8 ms per decode step for 8 rows of SmolLM2's 49k-token vocabulary on this
-    CPU. A token of probability 0 (cut by top-k/top-p) is never drawn: its CDF step is empty.
-    ``row_generators`` (one per row; ``None`` entries, or no list, draw from ``generator``) give a
-    row its own stream, so its draw does not depend on the other rows of the batch.
-    """
-    cdf = probs.double().cumsum(dim=-1)
-    u = _uniforms(probs.shape[0], generator, row_generators).to(cdf.device) * cdf[:, -1:]
-    return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=probs.shape[1] - 1)
-
-
-def _uniforms(n: int, generator: torch.Generator | None,
-              row_generators: Sequence[torch.Generator | None] | None) -> torch.Tensor:
-    """(n, 1) uniforms in float64: row i's from ``row_generators[i]`` where it has one.
-
-    The shared stream still gives all n numbers whenever some row uses it, so a row without a
-    generator gets the very number it would get if no row had one (seeding one request does not
-    change its batch-mates' samples). When every row has its own, the shared stream is untouched.
-    """
-    own = [(i, g) for i, g in enumerate(row_generators or ()) if g is not None]
-    if len(own) == n:
-        u = torch.empty(n, 1, dtype=torch.float64)
-    else:
-        u = torch.rand(n, 1, dtype=torch.float64, generator=generator)
-    for i, g in own:
-        u[i] = torch.rand(1, dtype=torch.float64, generator=g)
-    return u
-
-
-def make_chooser(key: SamplingKey, generator: torch.Generator | None = None,
-                 row_generators: Sequence[torch.Generator | None] | None = None
-                 ) -> Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]:
-    """``choose(logits (B, V), rows)``: the next tokens (B,) under ``key``'s sampling settings.
-
-    ``rows`` are the batch rows' indices into ``row_generators`` (``None`` = all of them, in
-    order): the decode loop drops finished rows, and each remaining row must keep drawing from its
-    own generator. Greedy (temperature 0) takes the argmax and draws nothing.
-    """
-    def choose(logits: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
-        if key.temperature <= 0:
-            return logits.argmax(dim=-1)
-        scores = filter_scores(logits.float() / key.temperature, key.top_k, key.top_p)
-        gens = row_generators
-        if gens is not None and rows is not None:
-            gens = [gens[i] for i in rows.tolist()]
-        return sample_categorical(torch.softmax(scores, dim=-1), generator, gens)
-
-    return choose
 
 
 def parse_sampling_params(params: Mapping[str, Any], default_max_tokens: int
@@ -246,13 +180,25 @@ class _RowSampler(LogitsProcessor):
     greedy ``model.generate`` to pick: HF samples all rows with one ``torch.multinomial`` on the
     global RNG, which cannot give each row its own generator. Runs after :class:`_LogProbRecorder`
     (which must see the raw logits). HF's rows never leave the batch, so row i is request i.
+    Each row's prompt-lookup prediction (order ``ngram``) orders its draw, as in the prefix-reuse
+    engine; ``prompt_lengths`` say where a left-padded row's own tokens start.
     """
 
-    def __init__(self, choose: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]) -> None:
+    def __init__(self, choose: Callable[..., torch.Tensor], prompt_lengths: Sequence[int], ngram: int) -> None:
         self.choose = choose
+        self.prompt_lengths = list(prompt_lengths)
+        self.ngram = ngram
+        self.indices: list[NgramIndex] | None = None
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        tokens = self.choose(scores, None)
+        if self.indices is None:  # the first call sees the prompts; each later one adds a column
+            rows = input_ids.tolist()
+            self.indices = [NgramIndex(row[len(row) - n:], self.ngram) for row, n in zip(rows, self.prompt_lengths)]
+        else:
+            for index, token in zip(self.indices, input_ids[:, -1].tolist()):
+                index.push(token)
+        hints = torch.tensor([index.hint() for index in self.indices], device=scores.device)
+        tokens = self.choose(scores, None, hints)
         return torch.full_like(scores, float("-inf")).scatter_(1, tokens[:, None], 0.0)
 
 
@@ -277,6 +223,9 @@ class ServerStats:
     prefill_seconds: float = 0.0  # prefix-reuse engine only: prefill part of generate_seconds
     decode_seconds: float = 0.0  # prefix-reuse engine only: decode part
     decode_row_steps: int = 0  # prefix-reuse engine only: rows computed, summed over decode steps
+    decode_steps: int = 0  # prefix-reuse engine only: decode forwards
+    drafted_tokens: int = 0  # speculative decoding: draft tokens verified
+    accepted_tokens: int = 0  # of which accepted (each one a token without a forward of its own)
     batch_sizes: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, float]:
@@ -284,7 +233,9 @@ class ServerStats:
         return {"batches": self.batches, "requests": self.requests, "generated_tokens": self.generated_tokens,
                 "generate_seconds": round(self.generate_seconds, 3),
                 "prefill_seconds": round(self.prefill_seconds, 3), "decode_seconds": round(self.decode_seconds, 3),
-                "decode_row_steps": self.decode_row_steps,
+                "decode_row_steps": self.decode_row_steps, "decode_steps": self.decode_steps,
+                "drafted_tokens": self.drafted_tokens, "accepted_tokens": self.accepted_tokens,
+                "acceptance_rate": round(self.accepted_tokens / max(self.drafted_tokens, 1), 3),
                 "mean_batch_size": round(sum(self.batch_sizes) / n, 2),
                 "tokens_per_second": round(self.generated_tokens / max(self.generate_seconds, 1e-9), 2)}
 
@@ -308,6 +259,9 @@ class HFServerManager:
             the prefix-reuse engine; larger batches are split.
         shared_prefix_min_tokens: rows of a batch sharing at least this many leading tokens read
             that prefix once per step (shared-prefix attention, prefix-reuse engine; 0 = off).
+        speculative: prompt-lookup speculative decoding (prefix-reuse engine;
+            :class:`~seal.engine.speculative.SpeculativeSettings`); its ``ngram`` also orders the
+            sampled draws of both engines.
     """
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, *, max_batch_size: int = 16,
@@ -315,7 +269,8 @@ class HFServerManager:
                  autocast_dtype: torch.dtype | str | None = "auto", seed: int | None = None,
                  default_max_tokens: int = DEFAULT_MAX_TOKENS, prefix_cache_tokens: int = DEFAULT_PREFIX_CACHE_TOKENS,
                  prefill_token_budget: int = DEFAULT_PREFILL_TOKEN_BUDGET,
-                 shared_prefix_min_tokens: int = kv_engine.DEFAULT_MIN_SHARED) -> None:
+                 shared_prefix_min_tokens: int = kv_engine.DEFAULT_MIN_SHARED,
+                 speculative: speculative.SpeculativeSettings = speculative.SpeculativeSettings()) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         if batch_wait_ms < 0 or max_wait_ms < 0:
@@ -328,6 +283,8 @@ class HFServerManager:
             kv_engine.check_model(model)
         self.prefill_token_budget = prefill_token_budget
         self.shared_prefix_min_tokens = shared_prefix_min_tokens
+        self.speculative = speculative
+        self.draft_policy = draft_policy.DraftPolicy()  # learns what drafting pays here, across batches
         self.model = copy.deepcopy(model).to(dtype) if dtype is not None else model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
@@ -495,10 +452,19 @@ class HFServerManager:
             return torch.log_softmax(logits / temperature, dim=-1).gather(1, tokens[:, None]).squeeze(1)
 
         started = time.monotonic()
-        out = kv_engine.decode(self.model, shape, rows, torch.stack(first), [r.max_tokens for r in batch],
-                              choose, logprob_of, stop_ids, self.pad_id, self.shared_prefix_min_tokens)
+        limits, spec, sampled = [r.max_tokens for r in batch], self.speculative, key.temperature > 0
+        if spec.enable:
+            streams = row_streams([r.seed for r in batch], generator) if sampled else None
+            out = speculative.decode(self.model, shape, rows, torch.stack(first), limits, key, streams, logprob_of,
+                                     stop_ids, self.pad_id, spec, self.shared_prefix_min_tokens, self.draft_policy)
+        else:
+            out = kv_engine.decode(self.model, shape, rows, torch.stack(first), limits, choose, logprob_of, stop_ids,
+                                   self.pad_id, self.shared_prefix_min_tokens, spec.ngram if sampled else 0)
         self.stats.decode_seconds += time.monotonic() - started
         self.stats.decode_row_steps += out.row_steps
+        self.stats.decode_steps += out.steps
+        self.stats.drafted_tokens += out.drafted
+        self.stats.accepted_tokens += out.accepted
         for entry in out.entries:
             store.put(entry)
         return [TokenOutput(token_ids=t, log_probs=lp, stop_reason="completed" if done else "length")
@@ -564,7 +530,8 @@ class HFServerManager:
         recorder = _LogProbRecorder(key.temperature)
         processors = [recorder]
         if row_generators is not None:  # rows without a seed draw from the global RNG, seeded below
-            processors.append(_RowSampler(make_chooser(key, None, row_generators)))
+            processors.append(_RowSampler(make_chooser(key, None, row_generators), [len(r.prompt_ids) for r in batch],
+                                          self.speculative.ngram))
         gpus = [self.device.index or 0] if self.device.type == "cuda" else []
         rng = torch.random.fork_rng(devices=gpus) if self.seed is not None else contextlib.nullcontext()
         with rng:

@@ -27,6 +27,7 @@ from transformers.cache_utils import Cache
 from seal.config_base import ConfigError
 from seal.engine.attention import PREFIX_KWARG, PrefixGroup, prefix_groups_supported
 from seal.engine.kv_cache import BufferLayer, Entry, KVShape, common_prefix
+from seal.engine.ngram import NgramIndex
 
 # Rows sharing at least this many leading tokens attend to them as one shared prefix.
 DEFAULT_MIN_SHARED = 128
@@ -243,6 +244,8 @@ class DecodeResult:
     entries: list[Entry]  # per row: context + generated tokens whose key/values were computed
     steps: int = 0  # decode steps the batch ran
     row_steps: int = 0  # rows computed, summed over the steps (finished rows until they are dropped)
+    drafted: int = 0  # speculative decoding (seal.engine.speculative): draft tokens verified
+    accepted: int = 0  # of which the target accepted
 
 
 # A decode batch drops its finished rows once they are at least this share of it: a row costs
@@ -253,7 +256,8 @@ DROP_FINISHED_SHARE = 0.25
 def decode(model: Model, shape: KVShape, rows: list[Entry], first_logits: torch.Tensor, max_tokens: list[int],
            choose: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
            logprob_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-           stop_ids: set[int], pad_id: int, min_shared: int = DEFAULT_MIN_SHARED) -> DecodeResult:
+           stop_ids: set[int], pad_id: int, min_shared: int = DEFAULT_MIN_SHARED, hint_ngram: int = 0
+           ) -> DecodeResult:
     """Decode all ``rows`` together over one left-padded cache.
 
     ``first_logits`` (B, V) are the rows' next-token logits from :func:`prefill`; ``choose`` maps
@@ -263,7 +267,9 @@ def decode(model: Model, shape: KVShape, rows: list[Entry], first_logits: torch.
     sharing at least ``min_shared`` leading tokens read that prefix once per step as a
     :class:`~seal.engine.attention.PrefixGroup`; the buffers hold only the rest of each row.
     Finished rows leave the batch (:data:`DROP_FINISHED_SHARE`), so that the longest row does not
-    make every other row decode as long.
+    make every other row decode as long. ``hint_ngram > 0`` calls ``choose(logits, index, hints)``
+    with each row's prompt-lookup prediction of that order (:mod:`seal.engine.sampling` orders a
+    sampled draw by it, so that plain and speculative decoding draw the same tokens).
     """
     groups, shared = prefix_groups(model, [r.tokens for r in rows], list(rows), [len(r) for r in rows], min_shared)
     b, steps = len(rows), max(max_tokens)
@@ -285,8 +291,16 @@ def decode(model: Model, shape: KVShape, rows: list[Entry], first_logits: torch.
     result = DecodeResult([], [], [], [])
     logits = first_logits
     cache = Cache(layers=[BufferLayer(k, v, width) for k, v in zip(keys, values)])
+    indices = [NgramIndex(r.tokens.tolist(), hint_ngram) for r in rows] if hint_ngram > 0 else None
     for t in range(steps):
-        tok = torch.where(done, torch.full_like(limits, pad_id), choose(logits, active))
+        if indices is None:
+            chosen = choose(logits, active)
+        else:
+            chosen = choose(logits, active, torch.tensor([indices[i].hint() for i in active.tolist()], device=dev))
+        tok = torch.where(done, torch.full_like(limits, pad_id), chosen)
+        if indices is not None:
+            for i, token in zip(active.tolist(), tok.tolist()):
+                indices[i].push(token)
         tokens[active, t], logprobs[active, t] = tok, logprob_of(logits, tok)
         result.steps, result.row_steps = t + 1, result.row_steps + len(active)
         done = done | torch.isin(tok, stop) | (limits <= t + 1)

@@ -116,10 +116,12 @@ class LocalTrainer:
 
     def _make_server(self) -> Any:
         from seal.engine.hf_server import HFServerManager
+        from seal.engine.speculative import SpeculativeSettings
 
         return HFServerManager(self.model, self.tokenizer, max_batch_size=self.local.generation_batch_size,
                                autocast_dtype=AUTOCAST_DTYPES[self.autocast],
-                               shared_prefix_min_tokens=self.local.shared_prefix_min_tokens)
+                               shared_prefix_min_tokens=self.local.shared_prefix_min_tokens,
+                               speculative=SpeculativeSettings(**self.local.speculative))
 
     async def _build_runner(self, factory: RunnerFactory) -> Any:
         return factory(self.cfg, self.server, self.tokenizer, self.env)
