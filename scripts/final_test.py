@@ -55,13 +55,15 @@ def export_hf(checkpoint: Path, base_model: Path, out: Path) -> Path:
 
 def run_eval(model: Path, conf: str, out: Path, *, temperature: float, repeats: int, seed: int,
              overrides: list[str]) -> Path:
-    """``seal eval --split test`` of ``model`` with ``conf``'s validation protocol; returns ``out``."""
+    """``seal eval --split test`` of ``model`` with ``conf``'s validation protocol; returns ``out``.
+    A finished evaluation (its ``eval_summary.json``) is reused; an interrupted one resumes (``seal
+    eval`` keeps the episodes its log already holds)."""
     if (out / "eval_summary.json").is_file():
         logger.info("final test: reusing %s", out)
         return out
     cmd = [sys.executable, "-m", "seal.eval", "--model", str(model), "--conf", conf, "--split", "test",
            "--temperature", str(temperature), "--repeats", str(repeats), "--seed", str(seed), "--out", str(out),
-           "--concurrency", "32", "--batch-size", "32", "--no-progress", "--fresh",
+           "--concurrency", "32", "--batch-size", "32", "--no-progress",
            *[f"--set={kv}" for kv in overrides]]
     logger.info("final test: %s", " ".join(cmd[1:]))
     out.mkdir(parents=True, exist_ok=True)
