@@ -183,16 +183,13 @@ def explicit_service(cfg, overrides: Sequence[str]) -> bool:
 def choose_service(cfg, overrides: Sequence[str], with_env: bool) -> None:
     """The local backend's environment: in-process by default; an explicit URL is used (and must
     answer now, rather than fail on the first episode after the model has loaded)."""
-    from omegaconf import open_dict
-
     from seal.config import ConfigError
+    from seal.environment import use_in_process_service
 
     if str(cfg.trainer.backend) != "local" or with_env:
         return
     if not explicit_service(cfg, overrides):
-        with open_dict(cfg):
-            cfg.env_service.url = None
-            cfg.env_service.urls = []
+        use_in_process_service(cfg)
         return
     for url in list(cfg.env_service.urls or []) or [cfg.env_service.url]:
         if url is not None and not _healthy(str(url)):

@@ -131,6 +131,16 @@ def episode_params(cfg: Any, rollout_mode: str, env_params: Mapping[str, Any] | 
     return params
 
 
+def use_in_process_service(cfg: Any) -> None:
+    """Point ``cfg`` at an in-process environment service (no ``env_service.url`` / ``urls``), as
+    the local backend runs without ``--with-env``."""
+    from omegaconf import open_dict
+
+    with open_dict(cfg):
+        cfg.env_service.url = None
+        cfg.env_service.urls = []
+
+
 def make_env_client(cfg: Any, *, retries: int | None = None) -> Any:
     """An :class:`env_service.client.EnvClient` for ``env_service.urls`` / ``env_service.url``,
     or an in-process service of ``env_service.env`` when both are unset (costly per episode:

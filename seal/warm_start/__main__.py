@@ -46,15 +46,11 @@ def fill_validation_cache(cfg: object) -> None:
     import tempfile
     from pathlib import Path
 
-    from omegaconf import open_dict
-
+    from seal.environment import use_in_process_service
     from seal.trainer.local.loop import LocalTrainer
 
-    # In-process environment, as the launcher runs the local backend without --with-env (where the
-    # service runs decides nothing of the validation: env_service.url is not in the cache key).
-    with open_dict(cfg):
-        cfg.env_service.url = None
-        cfg.env_service.urls = []
+    # Where the service runs decides nothing of the validation (env_service.url is not in the key).
+    use_in_process_service(cfg)
     with tempfile.TemporaryDirectory(prefix="seal-fill-validation-") as tmp:
         trainer = LocalTrainer(cfg, Path(tmp))
         try:
