@@ -11,20 +11,19 @@ from typing import Any
 from pydantic import ValidationError
 
 from env_service.host import OpError, validation_summary
-from env_service.kit.environment import KitEnvironment, registered_kit
+from env_service.kit.environment import kit_environment
 from env_service.kit.episode import ToolEpisode
 from env_service.kit.tasks import SPLITS
-from env_service.oracle import oracle_messages
-from env_service.registry import get_environment
+from env_service.registry import Environment, get_environment
 from seal_shared.held_out import HELD_OUT_SPLITS
 
 # The splits a catalogue lists: the held-out ones (test, eval) are read by a final evaluation only.
 LISTED_SPLITS = tuple(s for s in SPLITS if s not in HELD_OUT_SPLITS)
 
 
-def _task(kit: KitEnvironment, task_id: str) -> Any:
+def _task(env: Environment, task_id: str) -> Any:
     try:
-        return kit.tasks().get(task_id)
+        return env.task_store().get(task_id)
     except KeyError as err:
         raise OpError("not_found", str(err.args[0])) from None
 
@@ -37,10 +36,8 @@ def catalogue(name: str) -> dict[str, Any]:
     env = get_environment(name)
     store = env.task_store()
     tasks = [store.get(tid) for tid in store.ids()]
-    try:
-        episode = registered_kit(name).episode
-    except ValueError:  # registered with the registry alone: the parameter order of its tool docs
-        episode = ToolEpisode
+    # Registered without an episode class: the parameter order of its tool docs.
+    episode = env.episode or ToolEpisode
     return {"env": name, "description": env.description, "example_task_id": env.example_task_id,
             "interface_blocks": list(env.interface_blocks),
             "splits": {split: list(env.load_split(split)) for split in LISTED_SPLITS},
@@ -64,16 +61,13 @@ def params_problem(name: str, block: dict[str, Any]) -> str | None:
 
 def oracle(name: str, task_id: str, parser: str) -> tuple[list[list[str]], list[str]]:
     """A task's ground truth as call strings per turn, and as the assistant messages that play it
-    through the protocol in ``parser``'s call syntax (:mod:`env_service.oracle`)."""
-    task = _task(registered_kit(name), task_id)
-    gt = [list(calls) for calls in task.gt_turns]
-    classes = getattr(task, "involved_classes", None) or getattr(task, "classes", None) or ()
-    return gt, oracle_messages(gt, tuple(classes), parser=parser)
+    through the protocol in ``parser``'s call syntax (the environment's :meth:`ToolEpisode.oracle`)."""
+    env = kit_environment(name)
+    task = _task(env, task_id)
+    return [list(calls) for calls in task.gt_turns], env.episode.oracle(task, parser=parser)
 
 
 def judge(name: str, task_id: str, model_turns: list[list[list[str]]]) -> dict[str, Any]:
     """The environment's evaluation of ``model_turns`` for ``task_id``, offline (:meth:`ToolEpisode.judge_turns`)."""
-    kit = registered_kit(name)
-    return kit.episode.judge_turns(_task(kit, task_id), model_turns)
-
-
+    env = kit_environment(name)
+    return env.episode.judge_turns(_task(env, task_id), model_turns)

@@ -17,7 +17,9 @@ calls :func:`env_service.kit.register_tool_environment`, which fills every field
 * ``interface_blocks``: the interface-evolution blocks its episodes apply (``observation_lite``,
   ``tool_feedback_evolution``, ``diagnostic_evolution``; :mod:`seal_shared.interface.blocks`). A config
   or a ``/create`` that turns on any other block is refused with one line instead of being a
-  silent no-op; the default, none, suits an environment without interface evolution.
+  silent no-op; the default, none, suits an environment without interface evolution;
+* ``episode`` (an environment built on the kit): its :class:`~env_service.kit.ToolEpisode` subclass,
+  whose hooks give the catalogue's tool parameter order, a task's oracle and the offline judge.
 
 Its per-episode parameters live in the experiment config under ``env_service.<name>``;
 ``env_service.env`` names the environment.
@@ -73,6 +75,7 @@ class Environment:
     example_task_id: str = ""
     check_params: Callable[[dict[str, Any]], None] | None = None
     interface_blocks: tuple[str, ...] = ()
+    episode: type | None = None
 
     def __post_init__(self) -> None:
         from seal_shared.interface.blocks import check_block_names

@@ -33,11 +33,11 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from env_service.bfcl.episode import BfclEpisode  # noqa: E402
 from env_service.bfcl.tasks import default_store  # noqa: E402
 from env_service.client import EnvClient, EnvError  # noqa: E402
 from env_service.host import score_of  # noqa: E402
 from env_service.kit import episode_host  # noqa: E402
-from env_service.oracle import oracle_for_task  # noqa: E402
 
 
 def free_port() -> int:
@@ -51,7 +51,7 @@ def episode_plan(n: int, seed: int = 0) -> list[tuple[str, list[str]]]:
     store = default_store()
     ids = store.ids()
     random.Random(seed).shuffle(ids)
-    return [(ids[i % len(ids)], oracle_for_task(store.get(ids[i % len(ids)]))) for i in range(n)]
+    return [(ids[i % len(ids)], BfclEpisode.oracle(store.get(ids[i % len(ids)]))) for i in range(n)]
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -1,6 +1,6 @@
 """How many tasks' ground truth fits an experiment's episode budget.
 
-Replays each task's ground truth (the oracle's assistant messages, ``env_service.oracle``) through
+Replays each task's ground truth (the oracle's assistant messages, ``BfclEpisode.oracle``) through
 the trainers' episode runner (``SealAgentLoop``, the one training and validation use) against the
 in-process environment, under the experiment config's budget (``seal.rollout.episode_budget``,
 ``max_model_len``, ``response_length``, ``max_llm_calls``), with the policy's tokenizer. A task
@@ -81,8 +81,8 @@ class OracleChatPolicy:
 def replay_eval(cfg: Any, tokenizer: Any, client: Any, task_ids: list[str], *, progress: bool) -> dict[str, Any]:
     """The same replay through ``seal eval`` under the config's budget:
     ``{task_id: (passed, terminated_reason, final_context_tokens)}``."""
+    from env_service.bfcl.episode import BfclEpisode
     from env_service.bfcl.tasks import default_store
-    from env_service.oracle import oracle_for_task
     from seal.eval.policies import SamplingSettings
     from seal.eval.evaluate import VALIDATE_PARAMS, evaluate_episode
     from seal.rollout.settings import RolloutSettings
@@ -90,7 +90,7 @@ def replay_eval(cfg: Any, tokenizer: Any, client: Any, task_ids: list[str], *, p
     store, budget, out = default_store(), RolloutSettings.from_config(cfg), {}
     sampling = SamplingSettings(max_tokens=budget.per_call_tokens)
     for task_id in tqdm(task_ids, desc="replay (seal eval)", disable=not progress):
-        policy = OracleChatPolicy(tokenizer, oracle_for_task(store.get(task_id)))
+        policy = OracleChatPolicy(tokenizer, BfclEpisode.oracle(store.get(task_id)))
         rec = evaluate_episode(client, policy, task_id, params=dict(VALIDATE_PARAMS), sampling=sampling, budget=budget)
         out[task_id] = (bool(rec.valid), rec.terminated_reason, policy.count_tokens(rec.messages))
     return out

@@ -48,15 +48,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def scripted_episodes(task: Any) -> Iterator[tuple[str, list[str]]]:
     """``(variant, assistant messages)`` for the oracle and its perturbations."""
-    from env_service.oracle import ORACLE_REPLY, tool_call_message
+    try:
+        from env_service.bfcl.episode import BfclEpisode
+        from env_service.kit.oracle import ORACLE_REPLY, tool_call_message
 
-    classes = tuple(task.involved_classes)
+        names = BfclEpisode.tool_parameters()
+    except ImportError:  # a --tree whose oracle names positional arguments by the task's backend classes
+        from env_service.oracle import ORACLE_REPLY, tool_call_message
+
+        names = tuple(task.involved_classes)
 
     def messages(turns: list[Any]) -> list[str]:
         out: list[str] = []
         for calls in turns:
             if calls:
-                out.append(calls if isinstance(calls, str) else tool_call_message(list(calls), classes))
+                out.append(calls if isinstance(calls, str) else tool_call_message(list(calls), names))
             out.append(ORACLE_REPLY)
         return out
 
@@ -123,8 +129,8 @@ def held_out_scope(reason: str) -> Any:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     tree = Path(args.tree).expanduser().resolve()
-    if not (tree / "env_service" / "oracle.py").is_file():
-        print(f"episode_snapshot: --tree {args.tree}: not a checkout of this project (no env_service/oracle.py)",
+    if not (tree / "env_service" / "client.py").is_file():
+        print(f"episode_snapshot: --tree {args.tree}: not a checkout of this project (no env_service/client.py)",
               file=sys.stderr)
         return 2
     sys.path.insert(0, str(tree))

@@ -9,8 +9,9 @@
   each other (the dynamic weights take tag statistics as input);
 * what the trainer and the environments share (``seal_shared``: tags, interface evolution, plug-in
   loading) imports neither of them, and the environment service imports nothing of ``seal``;
-* the environment kit and the service's host know no environment: BFCL and ``notes`` are built on
-  the kit, never the reverse.
+* the environment kit and the service's generic modules (host, registry, catalogue, routes, pool,
+  client) know no environment: BFCL and ``notes`` are built on the kit, never the reverse, and what
+  the service answers of an environment (its oracle, its judge) comes through its registration.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ FORBIDDEN = [
     ("seal_shared", ("seal", "env_service")),
     ("env_service", ("seal",)),
     ("env_service.kit", ("env_service.bfcl", "env_service.notes")),
-    ("env_service.host", ("env_service.bfcl", "env_service.notes")),
+    *[(f"env_service.{generic}", ("env_service.bfcl", "env_service.notes"))
+      for generic in ("host", "registry", "catalogue", "app", "service", "pool", "client", "schemas")],
 ]
 
 

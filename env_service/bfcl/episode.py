@@ -21,6 +21,7 @@ unless that was the last turn, it then scores ``multi_turn:force_terminated``.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import logging
@@ -124,6 +125,16 @@ def render_revealed_functions(docs: list[dict[str, Any]]) -> str:
     return str(docs) + "\n" + MISS_FUNC_SENTENCE
 
 
+@functools.cache
+def _backend_parameters() -> dict[str, tuple[str, ...]]:
+    table: dict[str, tuple[str, ...]] = {}
+    for class_name in MULTI_TURN_CLASSES:
+        for name, fn in inspect.getmembers(backend_class(class_name), predicate=inspect.isfunction):
+            if not name.startswith("_"):
+                table[name] = tuple(p for p in inspect.signature(fn).parameters if p != "self")
+    return table
+
+
 class BfclWorld:
     """A task's BFCL backends as the kit's world: its own executor runs the calls, BFCL's rule names the
     tool errors, and a call the executor refused before any backend method ran is marked so."""
@@ -160,15 +171,11 @@ class BfclEpisode(ToolEpisode):
         return BfclWorld(self.task)
 
     @classmethod
-    def tool_parameters(cls, tasks: Any) -> dict[str, list[str]]:
+    def tool_parameters(cls, tasks: Any = ()) -> dict[str, list[str]]:
         """Each method's parameter names in order, from the 8 backend classes' signatures (the docs'
-        property order need not be the signature's). Method names do not collide across them."""
-        table: dict[str, list[str]] = {}
-        for class_name in MULTI_TURN_CLASSES:
-            for name, fn in inspect.getmembers(backend_class(class_name), predicate=inspect.isfunction):
-                if not name.startswith("_"):
-                    table[name] = [p for p in inspect.signature(fn).parameters if p != "self"]
-        return table
+        property order need not be the signature's), whatever ``tasks``. Method names do not
+        collide across them."""
+        return {name: list(params) for name, params in _backend_parameters().items()}
 
     def parse(self, content: str) -> ParseResult:
         p = self.params

@@ -9,25 +9,13 @@ episode's ``params_model``, and the declared interface blocks are the ones that 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from env_service.host import EpisodeHost, OpError
 from env_service.kit.episode import ToolEpisode
 from env_service.kit.tasks import TaskStore
 from env_service.registry import Environment, get_environment, register_environment
-
-
-@dataclass(frozen=True)
-class KitEnvironment:
-    episode: type[ToolEpisode]
-    tasks: Callable[[], TaskStore]
-
-
-_LOCK = threading.Lock()
-_KIT: dict[str, KitEnvironment] = {}
 
 
 def register_tool_environment(name: str, *, episode: type[ToolEpisode], tasks: TaskStore | Callable[[], TaskStore],
@@ -40,31 +28,26 @@ def register_tool_environment(name: str, *, episode: type[ToolEpisode], tasks: T
     if not callable(tasks) and not isinstance(tasks, TaskStore):
         raise TypeError(f"tasks must be a TaskStore or a function returning one, got {type(tasks).__name__}")
     store = tasks if callable(tasks) else lambda: tasks
-    env = register_environment(Environment(
+    return register_environment(Environment(
         name=name, host_factory=f"env_service.kit.hosts:{name}", task_store=store,
         load_split=lambda split: store().load_split(split), description=description,
         example_task_id=example_task_id, check_params=episode.check_params,
-        interface_blocks=episode.interface_blocks()))
-    with _LOCK:
-        _KIT[name] = KitEnvironment(episode, store)
-    return env
+        interface_blocks=episode.interface_blocks(), episode=episode))
 
 
-def registered_kit(name: str) -> KitEnvironment:
-    """The episode class and task store registered for kit environment ``name``."""
-    get_environment(name)  # imports a built-in environment's package, which registers it
-    with _LOCK:
-        kit = _KIT.get(name)
-    if kit is None:
+def kit_environment(name: str) -> Environment:
+    """Environment ``name``, registered with :func:`register_tool_environment` (its ``episode`` is set)."""
+    env = get_environment(name)
+    if env.episode is None:
         raise ValueError(f"environment {name!r} was not registered with env_service.kit.register_tool_environment")
-    return kit
+    return env
 
 
 def episode_host(name: str) -> EpisodeHost:
     """The host of one service process for kit environment ``name`` (its tasks are loaded now,
     not on the first request)."""
-    kit = registered_kit(name)
-    store, episode = kit.tasks(), kit.episode
+    env = kit_environment(name)
+    store, episode = env.task_store(), env.episode
 
     def make_episode(task_id: str, params: dict[str, Any]) -> ToolEpisode:
         try:

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Protocol
 from env_service.kit.evaluation import (
     FORCE_TERMINATED, TurnCheck, TurnVerdict, World, build_evaluation, replay_turns, turn_failure,
 )
+from env_service.kit.oracle import oracle_messages
 from env_service.kit.params import EpisodeParams, InterfaceParams
 from env_service.kit.parsers import ParseResult, ToolCall, parse_tool_calls
 from env_service.kit.prompts import (
@@ -158,6 +159,12 @@ class ToolEpisode:
             for doc in getattr(task, "tools", None) or ():
                 table.setdefault(str(doc["name"]), list((doc.get("parameters") or {}).get("properties") or {}))
         return table
+
+    @classmethod
+    def oracle(cls, task: Task, *, parser: str = "xml_json") -> list[str]:
+        """The assistant messages that play ``task``'s ground truth through the protocol, in ``parser``'s
+        call syntax (:mod:`env_service.kit.oracle`; positional arguments named by :meth:`tool_parameters`)."""
+        return oracle_messages(task.gt_turns, cls.tool_parameters([task]), parser=parser)
 
     @classmethod
     def judge_turns(cls, task: Task, model_turns: list[list[list[str]]]) -> dict[str, Any]:

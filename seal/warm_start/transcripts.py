@@ -3,7 +3,7 @@
 Each transcript is exactly what the policy would see and write in a perfect episode: the runner
 (:class:`seal.rollout.agent_loop.SealAgentLoop`, the one training uses) renders the prompt with the
 training interface and the chat template, and an :class:`~seal.rollout.oracle_server.OracleServer`
-answers every LLM call with the task's next ground-truth message (``env_service.oracle``). The
+answers every LLM call with the task's next ground-truth message (the environment's ``/v1/oracle``). The
 response tokens keep the runner's mask: 1 on what the model writes, 0 on observations. A transcript
 whose replay does not pass the environment's checker is refused, so the warm start never imitates
 an episode that the verifier would score as a failure.

@@ -27,9 +27,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from env_service.bfcl.episode import BfclEpisode
 from env_service.bfcl.executor import MULTI_TURN_CLASSES, backend_class
 from env_service.bfcl.tasks import default_store
-from env_service.oracle import oracle_for_task
 from live_service import running_service
 
 MAX_INSTANCES = 120
@@ -88,7 +88,7 @@ def healthy_neighbour(url: str) -> Iterator[None]:
                 k += 1
                 try:
                     iid = create_retrying(http, task.id)
-                    for content in oracle_for_task(task):
+                    for content in BfclEpisode.oracle(task):
                         http.post("/v1/step", json={"instance_id": iid, "content": content}).raise_for_status()
                     scores.append(http.post("/v1/evaluate", json={"instance_id": iid, "sparse": True}).json()["score"])
                     http.post("/v1/release", json={"instance_id": iid})

@@ -14,9 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from env_service.bfcl.episode import BfclEpisode
 from env_service.bfcl.tasks import CATEGORIES, default_store
 from env_service.client import EnvClient, EnvServiceError
-from env_service.oracle import oracle_for_task
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -131,7 +131,7 @@ def test_two_concurrent_episodes_of_one_task_are_isolated(service_url: str) -> N
 
 def _scripted_episode(client: EnvClient, task_id: str, instance_id: str) -> list:
     """A mixed episode: the oracle's first message, a parse error, a tool error, then the rest."""
-    oracle = oracle_for_task(default_store().get(task_id))
+    oracle = BfclEpisode.oracle(default_store().get(task_id))
     script = [oracle[0], "<tool_call>{not json}</tool_call>", _tool_call("cd", folder="no_such_dir"), *oracle[1:]]
     created = client.create(task_id, {"enforce_available_tools": False}, instance_id=instance_id)
     trace: list = [created.messages, created.info]
@@ -188,7 +188,7 @@ async def _replay_all(client: EnvClient, enforce: bool, concurrency: int = 16) -
             task = queue.pop()
             ep = await client.acreate(task.id, {"enforce_available_tools": enforce})
             out = None
-            for text in oracle_for_task(task):
+            for text in BfclEpisode.oracle(task):
                 out = await client.astep(ep.instance_id, text)
             assert out is not None and out.terminated
             if out.reward != 1.0:

@@ -105,6 +105,35 @@ def test_an_environment_is_its_tools_tasks_check_and_one_registration(counter: s
             client.create("count_9")
 
 
+def test_the_oracle_names_positional_arguments_with_the_environments_own_tools(counter: str) -> None:
+    """A ground-truth call with positional arguments is played as keyword JSON named by the
+    episode's ``tool_parameters`` (the counter's tool docs), through ``/v1/oracle`` as well."""
+    task = Task(id="count_p", category="add", split="train", user_turns=["Add 2."], gt_turns=[["add(2)"]],
+                tools=tool_docs([Counter]))
+    played = {"name": "add", "arguments": {"amount": 2}}
+    assert CounterEpisode.oracle(task) == [f"<tool_call>\n{json.dumps(played)}\n</tool_call>", "Done."]
+    with EnvClient.in_process(env=counter) as client:
+        gt, messages = client.oracle("count_0", "xml_json")
+    assert messages == CounterEpisode.oracle(get_environment(counter).task_store().get("count_0")) and gt[0]
+    with pytest.raises(KeyError, match="no tool 'sub'"):
+        CounterEpisode.oracle(Task(id="x", category="add", split="train", user_turns=["?"], gt_turns=[["sub(1)"]],
+                                   tools=tool_docs([Counter])))
+
+
+def test_the_registry_is_the_one_record_of_a_kit_environment(counter: str) -> None:
+    """The oracle and the judge find the episode class in the registration itself: a name
+    registered again without one answers neither (no second table keeps the old class)."""
+    from dataclasses import replace
+
+    from env_service.catalogue import judge, oracle
+
+    assert get_environment(counter).episode is CounterEpisode and oracle(counter, "count_1", "xml_json")[0]
+    register_environment(replace(get_environment(counter), episode=None), replace=True)
+    for ask in (lambda: oracle(counter, "count_1", "xml_json"), lambda: judge(counter, "count_1", [])):
+        with pytest.raises(ValueError, match="was not registered with env_service.kit.register_tool_environment"):
+            ask()
+
+
 def test_the_declared_tool_error_rule_drives_the_counts_and_hints(counter: str) -> None:
     with EnvClient.in_process(env=counter) as client:
         created = client.create("count_0", {"rollout_mode": "sample", "tool_feedback_evolution": {"enable": True}})

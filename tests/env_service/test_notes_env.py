@@ -10,7 +10,6 @@ import pytest
 from env_service.client import EnvClient, EnvServiceError
 from env_service.notes.checker import World, check_episode
 from env_service.notes.episode import NotesEpisode, default_store, load_split
-from env_service.oracle import oracle_messages
 from env_service.registry import get_environment, known_environments
 from seal_shared.held_out import final_evaluation
 from seal_shared.types import FailureTag
@@ -33,8 +32,7 @@ def play(client: EnvClient, task_id: str, messages: list[str], **params) -> dict
 
 
 def oracle(task_id: str) -> list[str]:
-    task = STORE.get(task_id)
-    return oracle_messages(task.gt_turns, task.classes)
+    return NotesEpisode.oracle(STORE.get(task_id))
 
 
 def call(name: str, **arguments) -> str:

@@ -26,8 +26,8 @@ from collections.abc import Iterator
 import pytest
 import requests
 
+from env_service.bfcl.episode import BfclEpisode
 from env_service.bfcl.tasks import default_store
-from env_service.oracle import oracle_for_task
 from live_service import running_service
 
 
@@ -108,7 +108,7 @@ def test_profile_through_the_double_slash(client: ReleaseStyleClient) -> None:
 
 @pytest.mark.parametrize("task_id", ["multi_turn_base_0", "multi_turn_miss_func_3", "multi_turn_long_context_2"])
 def test_oracle_episode_scores_one(client: ReleaseStyleClient, task_id: str) -> None:
-    score, _ = _episode(client, task_id, oracle_for_task(default_store().get(task_id)))
+    score, _ = _episode(client, task_id, BfclEpisode.oracle(default_store().get(task_id)))
     assert score == 1.0
 
 

@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 from env_service.client import EnvClient
-from env_service.oracle import ORACLE_REPLY, tool_call_message
+from env_service.bfcl.episode import BfclEpisode
+from env_service.kit.oracle import ORACLE_REPLY, tool_call_message
 from live_service import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,7 +22,7 @@ def _episode_tags(url: str) -> list[str]:
     with EnvClient(url) as client:
         created = client.create("multi_turn_base_0")
         # Turn 0 needs cd, mkdir and mv; the model only makes the folder, then stops every turn.
-        client.step(created.instance_id, tool_call_message(["mkdir(dir_name='temp')"], ("GorillaFileSystem",)))
+        client.step(created.instance_id, tool_call_message(["mkdir(dir_name='temp')"], BfclEpisode.tool_parameters()))
         for _ in range(4):
             client.step(created.instance_id, ORACLE_REPLY)
         result = client.evaluate(created.instance_id, sparse=False)

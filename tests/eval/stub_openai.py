@@ -4,7 +4,7 @@ Given a conversation, it finds the task (the candidate whose first user message 
 the turn (each plain-text assistant reply advances one turn, as in the environment's protocol),
 then answers with every ground-truth call of the turn as ``<tool_call>`` blocks; after the tool
 results it answers in plain text to advance. Positional ground-truth arguments become keyword
-arguments through the backend method signatures (``env_service.oracle``).
+arguments through the backend method signatures (``env_service.kit.oracle``).
 
     python tests/eval/stub_openai.py --port 8011 --tasks multi_turn_base_120,multi_turn_base_29
 """
@@ -22,8 +22,9 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from env_service.bfcl.episode import BfclEpisode  # noqa: E402
 from env_service.bfcl.tasks import default_store  # noqa: E402
-from env_service.oracle import ORACLE_REPLY, tool_call_message  # noqa: E402
+from env_service.kit.oracle import ORACLE_REPLY, tool_call_message  # noqa: E402
 
 TOOL_CALL_OPEN = "<tool_call>"
 
@@ -66,7 +67,7 @@ def _reply(task: Any, messages: list[dict[str, Any]]) -> str:
     calls = task.gt_turns[turn]
     already_called = bool(assistant) and TOOL_CALL_OPEN in assistant[-1]
     if calls and not already_called:
-        return tool_call_message(calls, tuple(task.involved_classes))
+        return tool_call_message(calls, BfclEpisode.tool_parameters())
     return ORACLE_REPLY
 
 

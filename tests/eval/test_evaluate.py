@@ -272,13 +272,12 @@ def test_seal_eval_runs_another_environment_with_its_own_categories(tmp_path):
     # The notes environment, picked by name: its tasks, splits and categories come from its task
     # store (its ids carry no category); every ground truth passes.
     from env_service.client import EnvClient
-    from env_service.notes.episode import default_store
-    from env_service.oracle import oracle_messages
+    from env_service.notes.episode import NotesEpisode, default_store
 
     store, ids = default_store(), ["notes_000", "notes_016", "notes_020"]
     with EnvClient.in_process(env="notes") as client:
         first_user = {t: client.create(t, {"rollout_mode": "validate"}) for t in ids}
-        scripts = {c.messages[1]["content"]: oracle_messages(store.get(t).gt_turns, store.get(t).classes)
+        scripts = {c.messages[1]["content"]: NotesEpisode.oracle(store.get(t))
                    for t, c in first_user.items()}
         for c in first_user.values():
             client.release(c.instance_id)

@@ -6,9 +6,9 @@ from typing import Any, Callable
 
 import pytest
 
+from env_service.bfcl.episode import BfclEpisode
 from env_service.bfcl.tasks import BfclTask, load_store
 from env_service.kit import TaskStore
-from env_service.oracle import oracle_for_task
 
 
 class InertInterface:
@@ -64,11 +64,11 @@ def recording() -> RecordingInterface:
 
 
 def oracle_messages(task: BfclTask) -> list[str] | None:
-    """Assistant messages replaying the ground truth (``env_service.oracle``): each turn's calls in
+    """Assistant messages replaying the ground truth (``BfclEpisode.oracle``): each turn's calls in
     one message, then a plain reply. ``None`` when a ground-truth call is not valid Python
     (composite data bugs)."""
     try:
-        return oracle_for_task(task)
+        return BfclEpisode.oracle(task)
     except ValueError:
         return None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from env_service.bfcl.checker import check_episode
 from env_service.bfcl.episode import BfclEpisode
-from env_service.oracle import ORACLE_REPLY, tool_call_message
+from env_service.kit.oracle import ORACLE_REPLY, tool_call_message
 from seal_shared.tags import TurnEvidence, classify_turn
 from seal_shared.types import FailureTag
 
@@ -38,7 +38,7 @@ def test_turn_whose_only_call_is_refused_before_running(store, inert):
     limits, so no backend method runs in turn 0; then it stops."""
     task = store.get("multi_turn_base_15")
     ep, outs = _play(task, {}, inert, [
-        tool_call_message(["power(base=10, exponent=1000000000000)"], tuple(task.involved_classes)), ORACLE_REPLY])
+        tool_call_message(["power(base=10, exponent=1000000000000)"], BfclEpisode.tool_parameters()), ORACLE_REPLY])
     assert outs[0].info["bfcl_error_type"] == "tool_error" and ep.model_turns[0] == [["power(base=10, exponent=1000000000000)"]]
     result = ep.evaluate(sparse=False)
     assert result["failure_tags"][0] == "instance_mismatch"
@@ -50,10 +50,10 @@ def test_unknown_tool_without_enforcement(store, inert):
     fails there (BFCL: NameError); the turn never touched an instance."""
     task = store.get("multi_turn_base_0")
     gt = task.gt_turns
-    classes = tuple(task.involved_classes)
+    parameters = BfclEpisode.tool_parameters()
     messages = ['<tool_call>{"name": "frobnicate", "arguments": {"level": 1}}</tool_call>', ORACLE_REPLY]
     for calls in gt[1:]:
-        messages += [tool_call_message(calls, classes), ORACLE_REPLY] if calls else [ORACLE_REPLY]
+        messages += [tool_call_message(calls, parameters), ORACLE_REPLY] if calls else [ORACLE_REPLY]
     ep, outs = _play(task, {"enforce_available_tools": False}, inert, messages)
     assert "name 'frobnicate' is not defined" in outs[0].observation and outs[-1].terminated
     tags = ep.evaluate(sparse=False)["failure_tags"]

@@ -11,24 +11,24 @@ import pytest
 from env_service.bfcl.episode import BfclEpisode, BfclParams
 from env_service.kit.prompts import INVALID_TOOL_CALL_PREFIX
 from env_service.client import EnvClient
-from env_service.oracle import ORACLE_REPLY, call_to_json
+from env_service.kit.oracle import ORACLE_REPLY, call_to_json
 
 TASK = "multi_turn_base_0"
 LLAMA31_SYSTEM = "Environment: ipython\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024"
 
 
-def python_list_message(calls: list[str], classes: tuple[str, ...]) -> str:
+def python_list_message(calls: list[str]) -> str:
     """A turn's ground-truth calls as ToolACE writes them: ``[f(a=1), g(b='x')]``."""
     items = []
     for call in calls:
-        obj = call_to_json(call, classes)
+        obj = call_to_json(call, BfclEpisode.tool_parameters())
         items.append(obj["name"] + "(" + ", ".join(f"{k}={v!r}" for k, v in obj["arguments"].items()) + ")")
     return "[" + ", ".join(items) + "]"
 
 
-def llama31_message(calls: list[str], classes: tuple[str, ...]) -> str:
+def llama31_message(calls: list[str]) -> str:
     """A turn's ground-truth calls as Llama 3.1 writes them: raw JSON with ``parameters``."""
-    objs = [{"name": o["name"], "parameters": o["arguments"]} for o in (call_to_json(c, classes) for c in calls)]
+    objs = [{"name": o["name"], "parameters": o["arguments"]} for o in (call_to_json(c, BfclEpisode.tool_parameters()) for c in calls)]
     return json.dumps(objs[0] if len(objs) == 1 else objs)
 
 
@@ -39,7 +39,7 @@ def oracle(task: Any, mode: str) -> list[str]:
     messages: list[str] = []
     for calls in task.gt_turns:
         if calls:
-            messages.append(WRITERS[mode](calls, tuple(task.involved_classes)))
+            messages.append(WRITERS[mode](calls))
         messages.append(ORACLE_REPLY)
     return messages
 

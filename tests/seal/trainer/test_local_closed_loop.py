@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import torch
 
+from env_service.bfcl.episode import BfclEpisode
 from env_service.bfcl.tasks import default_store
 from env_service.client import EnvClient
-from env_service.oracle import oracle_for_task
 
 TASKS = ["multi_turn_miss_func_3", "multi_turn_miss_func_100"]
 
@@ -49,7 +49,7 @@ class HalfOracleServer:
         task = self._task_of(ids)
         k = self.started[task] = self.started.get(task, 0) + 1
         ep = {"task": task, "oracle": k % 2 == 1, "full": list(ids), "outputs": [],
-              "script": oracle_for_task(self.tasks[task])}
+              "script": BfclEpisode.oracle(self.tasks[task])}
         self.episodes.append(ep)
         return ep
 
