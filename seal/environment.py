@@ -36,20 +36,28 @@ def config_plugins(cfg: Any) -> tuple[str, ...]:
 def standing_client(env: str, plugins: Iterable[str] = ()) -> EnvClient:
     """A client of an in-process service of ``env`` (no workers, no socket), kept for the process
     (the config check asks it often) and replaced after an environment is registered or removed;
-    ``ValueError`` for a name no environment is registered under."""
+    ``ValueError`` for a name no environment is registered under.
+
+    A service left behind is closed, or its loop thread would idle for the process's life: all of
+    them when the registry changes (each may serve a replaced registration), and the least
+    recently used one beyond :data:`MAX_STANDING`."""
     key, state = (env, tuple(plugins)), registry_changes()
-    kept = _STANDING.get(key)
-    if kept is not None and kept[0] == state:
-        return kept[1]
-    client = EnvClient.in_process(env=env, plugins=key[1])
-    _STANDING[key] = (state, client)
-    if kept is not None:
-        kept[1].close()  # a stale service: its loop thread would otherwise idle for the process's life
+    if _STANDING_STATE[0] != state:
+        while _STANDING:
+            _STANDING.popitem()[1].close()
+        _STANDING_STATE[0] = state
+    client = _STANDING.pop(key, None) or EnvClient.in_process(env=env, plugins=key[1])
+    _STANDING[key] = client  # the most recently used last
+    while len(_STANDING) > MAX_STANDING:
+        _STANDING.pop(next(iter(_STANDING))).close()
     return client
 
 
-# One in-process service per (environment, plug-ins), with the registry state it was built under.
-_STANDING: dict[tuple[str, tuple[str, ...]], tuple[int, EnvClient]] = {}
+MAX_STANDING = 4
+# The standing in-process services by (environment, plug-ins), least recently used first, all built
+# under the registry state in _STANDING_STATE.
+_STANDING: dict[tuple[str, tuple[str, ...]], EnvClient] = {}
+_STANDING_STATE = [-1]
 
 
 @functools.lru_cache(maxsize=8)

@@ -307,3 +307,22 @@ def test_the_trainers_view_follows_a_replaced_registration(counter: str) -> None
     assert catalogue_of(counter).categories == {"tally_0": "sum"}
     # The stale service is stopped, not left with a loop thread idling for the process's life.
     assert standing_client(counter) is not first and not first._local._thread.is_alive()
+
+
+def test_evicted_and_stale_standing_services_are_closed(counter: str) -> None:
+    """Every standing in-process service built before a registration change is stopped at the next
+    request for any of them, and the least recently used one beyond the few kept is stopped when
+    another is made: none is left with a loop thread idling for the process's life."""
+    from dataclasses import replace
+
+    from seal.environment import standing_client
+
+    def alive(client: EnvClient) -> bool:
+        return client._local._thread.is_alive()
+
+    stale = standing_client(counter, ("json",))
+    register_environment(replace(get_environment(counter)), replace=True)  # a registration change
+    kept = [standing_client(counter, (module,)) for module in ("math", "string", "textwrap", "random", "sys")]
+    assert not alive(stale), "a service of an older registry, never asked for again, still runs"
+    assert not alive(kept[0]) and all(alive(c) for c in kept[1:])
+    assert standing_client(counter, ("sys",)) is kept[-1]
