@@ -1,4 +1,4 @@
-"""The trainers' episode runner: a verl ``AgentLoopBase`` registered as ``seal`` (alias ``seal_bfcl``).
+"""The trainers' episode runner: a verl ``AgentLoopBase`` registered as ``seal``.
 
 :meth:`SealAgentLoop.run` plays one episode of any environment through the one episode loop
 (:mod:`seal.rollout.episode_loop`) and returns verl's :class:`AgentLoopOutput`, under verl's
@@ -41,8 +41,6 @@ from seal_shared.types import category_of
 log = logging.getLogger(__name__)
 
 AGENT_NAME = "seal"
-# The release's name for the same loop, kept registered so older configs and dataset rows still resolve.
-LEGACY_AGENT_NAME = "seal_bfcl"
 
 
 def _json_safe(value: Any) -> Any:
@@ -115,7 +113,6 @@ class TokenGenerator:
         self.last_generated = list(reply.token_ids)
 
 
-@register(LEGACY_AGENT_NAME)
 @register(AGENT_NAME)
 class SealAgentLoop(AgentLoopBase):
     """verl agent loop for one episode of any environment (see the module docstring).

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from seal.rollout.agent_loop import AGENT_NAME, LEGACY_AGENT_NAME, SealAgentLoop
+from seal.rollout.agent_loop import AGENT_NAME, SealAgentLoop
 from seal.rollout.episode_loop import CONTEXT_OVERFLOW, LLM_ERROR, MAX_LLM_CALLS, MAX_LLM_CALLS_PER_TURN
 from seal.episode import EpisodeResult
 from seal.rollout.tokens import ChatFormat, render
@@ -80,10 +80,19 @@ def check_tokens(out: Any, server: Any, tokenizer: Any) -> None:
 def test_registered_under_its_name() -> None:
     from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
 
-    # The neutral name, and the older one that configs and dataset rows may still carry.
-    assert (AGENT_NAME, LEGACY_AGENT_NAME) == ("seal", "seal_bfcl")
-    for name in (AGENT_NAME, LEGACY_AGENT_NAME):
-        assert _agent_loop_registry[name]["_target_"] == "seal.rollout.agent_loop.SealAgentLoop"
+    # The one name: the release's seal_bfcl is refused where the verl backend starts (below).
+    assert AGENT_NAME == "seal" and "seal_bfcl" not in _agent_loop_registry
+    assert _agent_loop_registry[AGENT_NAME]["_target_"] == "seal.rollout.agent_loop.SealAgentLoop"
+
+
+def test_the_releases_name_is_refused_in_one_line_that_names_seal() -> None:
+    from seal.config import ConfigError, compose_config
+    from seal.trainer.verl.trainer import check_verl_config
+
+    override = "actor_rollout_ref.rollout.agent.default_agent_loop=seal_bfcl"
+    with pytest.raises(ConfigError, match="registered as seal") as info:
+        check_verl_config(compose_config("exp/SEAL.yaml", [override], check=False))
+    assert "\n" not in str(info.value) and str(info.value).endswith("default_agent_loop=seal)")
 
 
 def test_perfect_episode(scripted_server: Any, tokenizer: Any, env_client: Any) -> None:

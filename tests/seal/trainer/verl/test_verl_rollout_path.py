@@ -109,12 +109,12 @@ def test_one_step_through_verls_rollout_path(tokenizer, tmp_path):
 def test_agent_loops_yaml_names_the_registered_loop():
     import hydra
 
-    from seal.rollout.agent_loop import AGENT_NAME, LEGACY_AGENT_NAME, SealAgentLoop
+    from seal.rollout.agent_loop import AGENT_NAME, SealAgentLoop
 
-    entry, alias = OmegaConf.load(AGENT_LOOPS_YAML)
+    (entry,) = OmegaConf.load(AGENT_LOOPS_YAML)
     default = compose_config("exp/SEAL.yaml").actor_rollout_ref.rollout.agent.default_agent_loop
-    assert entry.name == AGENT_NAME == default and alias.name == LEGACY_AGENT_NAME
-    for e in (entry, alias):  # the same class as @register in the module, under both names
-        assert e._target_ == _agent_loop_registry[e.name]["_target_"]
-        assert hydra.utils.get_class(e._target_) is SealAgentLoop
+    assert entry.name == AGENT_NAME == default
+    # The same class as @register in the module.
+    assert entry._target_ == _agent_loop_registry[entry.name]["_target_"]
+    assert hydra.utils.get_class(entry._target_) is SealAgentLoop
     assert Path(AGENT_LOOPS_YAML).parent == Path(__file__).resolve().parents[4] / "seal" / "trainer" / "verl"
