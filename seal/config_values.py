@@ -150,6 +150,10 @@ def check_verl_backend(cfg: DictConfig) -> None:
             f"trainer.v1.trainer_mode={mode}: SEAL runs verl's sync mode only (its diagnosis, step rules and "
             "interface evolution read each step's episodes as played by the policy being updated; the async "
             "modes train on episodes of older policies); set trainer.v1.trainer_mode=sync")
+    if select(cfg, "actor_rollout_ref.rollout.agent.default_agent_loop") == "seal_bfcl":
+        # The release's name of the episode runner; verl's agent-loop workers would fail to find it.
+        raise ConfigError("actor_rollout_ref.rollout.agent.default_agent_loop=seal_bfcl: the SEAL episode runner is "
+                          "registered as seal (fix: actor_rollout_ref.rollout.agent.default_agent_loop=seal)")
     if select(cfg, "actor_rollout_ref.actor.use_prefix_grouper"):
         raise ConfigError(
             "actor_rollout_ref.actor.use_prefix_grouper=true: verl 0.9.1's FSDP engine never applies the prefix "

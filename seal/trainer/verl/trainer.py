@@ -55,12 +55,8 @@ SEAL_CKPT_DIR = "seal"
 
 def check_verl_config(config: DictConfig) -> None:
     """Reject verl settings under which the SEAL step would not run every step (the config pass's
-    rule, :func:`seal.config_values.check_verl_backend`, checked again where the trainer starts), and
-    the release's name of the episode runner, which verl's workers would fail to find."""
+    rule, :func:`seal.config_values.check_verl_backend`, checked again where the trainer starts)."""
     check_verl_backend(config)
-    if config.actor_rollout_ref.rollout.agent.get("default_agent_loop") == "seal_bfcl":
-        raise ConfigError("actor_rollout_ref.rollout.agent.default_agent_loop=seal_bfcl: the SEAL episode runner is "
-                          "registered as seal (fix: actor_rollout_ref.rollout.agent.default_agent_loop=seal)")
 
 
 def use_seal_grpo(config: DictConfig) -> None:

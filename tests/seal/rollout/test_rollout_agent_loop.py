@@ -80,7 +80,7 @@ def check_tokens(out: Any, server: Any, tokenizer: Any) -> None:
 def test_registered_under_its_name() -> None:
     from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
 
-    # The one name: the release's seal_bfcl is refused where the verl backend starts (below).
+    # The one name: the release's seal_bfcl is refused by the config pass (below).
     assert AGENT_NAME == "seal" and "seal_bfcl" not in _agent_loop_registry
     assert _agent_loop_registry[AGENT_NAME]["_target_"] == "seal.rollout.agent_loop.SealAgentLoop"
 
@@ -93,6 +93,8 @@ def test_the_releases_name_is_refused_in_one_line_that_names_seal() -> None:
     with pytest.raises(ConfigError, match="registered as seal") as info:
         check_verl_config(compose_config("exp/SEAL.yaml", [override], check=False))
     assert "\n" not in str(info.value) and str(info.value).endswith("default_agent_loop=seal)")
+    with pytest.raises(ConfigError, match="registered as seal"):  # and by the config pass, before a run starts
+        compose_config("exp/SEAL.yaml", [override])
 
 
 def test_perfect_episode(scripted_server: Any, tokenizer: Any, env_client: Any) -> None:
